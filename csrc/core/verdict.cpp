@@ -1,0 +1,213 @@
+#include "core/verdict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <stdexcept>
+
+#include "core/stats.h"
+
+namespace relax_straggler::core {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool finite_at_least(double x, double lo) { return std::isfinite(x) && x >= lo; }
+
+// Per-stage running summary of one pass over the ranks.
+struct Summary {
+  std::size_t count = 0;
+  double sum = 0.0;
+  double max = -std::numeric_limits<double>::infinity();
+  double min = std::numeric_limits<double>::infinity();
+  std::int32_t argmax = -1;
+  std::int32_t argmin = -1;
+};
+
+// Per-stage medians. The columns are scattered in one row-major pass into a stage-major
+// buffer whose column stride is padded: an unpadded power-of-two stride maps every
+// column to the same cache sets and thrashes the L1 cache.
+std::vector<double> column_medians(const StepMatrix& m) {
+  const std::size_t ranks = static_cast<std::size_t>(m.num_ranks), stages = m.num_stages();
+  const std::size_t stride = ranks + 8;
+  std::vector<double> columns(stride * stages);
+  std::vector<std::size_t> filled(stages, 0);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const double* row = m.ms.data() + r * stages;
+    for (std::size_t s = 0; s < stages; ++s) {
+      if (!std::isnan(row[s])) columns[s * stride + filled[s]++] = row[s];
+    }
+  }
+  std::vector<double> medians(stages), scratch;
+  for (std::size_t s = 0; s < stages; ++s) medians[s] = nan_median(Values(columns.data() + s * stride, filled[s]), scratch);
+  return medians;
+}
+
+// Fills every StageVerdict. Two row-major passes over the matrix so
+// memory is read contiguously whatever the rank count; per-stage state stays in cache.
+void judge_stages(const StepMatrix& m, const VerdictConfig& cfg, StepVerdict& v) {
+  const std::size_t ranks = static_cast<std::size_t>(m.num_ranks), stages = m.num_stages();
+  std::vector<Summary> sums(stages);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const double* row = m.ms.data() + r * stages;
+    for (std::size_t s = 0; s < stages; ++s) {
+      const double t = row[s];
+      if (std::isnan(t)) continue;
+      Summary& a = sums[s];
+      ++a.count;
+      a.sum += t;
+      if (t > a.max) a.max = t, a.argmax = static_cast<std::int32_t>(r);
+      if (t < a.min) a.min = t, a.argmin = static_cast<std::int32_t>(r);
+    }
+  }
+
+  const std::vector<double> medians = cfg.reference == Reference::kMedian ? column_medians(m) : std::vector<double>();
+  v.stages.resize(stages);
+  for (std::size_t s = 0; s < stages; ++s) {
+    StageVerdict& sv = v.stages[s];
+    const Summary& a = sums[s];
+    sv.stage = m.stages[s];
+    sv.kind = m.kinds[s];
+    sv.ranks_reporting = static_cast<std::int32_t>(a.count);
+    if (a.count == 0) {
+      sv.ref_ms = sv.mean_ms = sv.max_ms = sv.min_ms = sv.slowdown_ratio = sv.relative_score = sv.excess_ms = kNaN;
+      continue;
+    }
+    sv.mean_ms = a.sum / static_cast<double>(a.count);
+    sv.ref_ms = cfg.reference == Reference::kMean ? sv.mean_ms : medians[s];
+    sv.max_ms = a.max;
+    sv.min_ms = a.min;
+    sv.slowdown_ratio = sv.ref_ms > 0.0 ? sv.max_ms / sv.ref_ms : kNaN;
+    const bool comm = sv.kind == StageKind::kCommunication;
+    sv.top_rank = comm ? a.argmin : a.argmax;
+    sv.excess_ms = comm ? sv.ref_ms - sv.min_ms : sv.max_ms - sv.ref_ms;
+  }
+
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const double* row = m.ms.data() + r * stages;
+    for (std::size_t s = 0; s < stages; ++s) {
+      const double t = row[s];
+      if (std::isnan(t)) continue;
+      StageVerdict& sv = v.stages[s];
+      const double ref = sv.ref_ms;
+      const bool comm = sv.kind == StageKind::kCommunication;
+      // Distance from the reference on the slow side, and the relative-rule test, for this kind.
+      const double excess = comm ? ref - t : t - ref;
+      const bool relative = comm ? t * cfg.relative_threshold <= ref : t >= ref * cfg.relative_threshold;
+      if (excess >= cfg.noise_floor_ms && (relative || excess >= cfg.absolute_ms_threshold)) {
+        sv.stragglers.push_back(static_cast<std::int32_t>(r));
+      }
+    }
+  }
+  for (StageVerdict& sv : v.stages) {
+    if (sv.top_rank < 0) continue;
+    const double t = sv.kind == StageKind::kCommunication ? sv.min_ms : sv.max_ms;
+    const double score = sv.kind == StageKind::kCommunication ? (sv.ref_ms > 0.0 ? t / sv.ref_ms : 1.0)
+                                                               : (t > 0.0 ? sv.ref_ms / t : 1.0);
+    sv.relative_score = std::min(1.0, score);
+  }
+}
+
+// The stage of the given kind with the largest excess (ties: first), or -1.
+std::int32_t best_of_kind(const std::vector<StageVerdict>& stages, StageKind kind) {
+  std::int32_t best = -1;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const StageVerdict& v = stages[i];
+    if (v.kind != kind || !std::isfinite(v.excess_ms)) continue;
+    if (best < 0 || v.excess_ms > stages[static_cast<std::size_t>(best)].excess_ms) best = static_cast<std::int32_t>(i);
+  }
+  return best;
+}
+
+// argmax of excess over stages, except that a communication stage whose late rank is
+// the rank slowest in the leading compute stage, with that compute excess covering at
+// least half of the wait it caused, is a consequence of the compute slowness, not a
+// cause: the compute stage is named.
+std::int32_t likely_bottleneck(const std::vector<StageVerdict>& stages, double noise_floor_ms) {
+  const std::int32_t compute = best_of_kind(stages, StageKind::kCompute);
+  const std::int32_t comm = best_of_kind(stages, StageKind::kCommunication);
+  std::int32_t best = compute;
+  if (comm >= 0) {
+    const StageVerdict& k = stages[static_cast<std::size_t>(comm)];
+    const bool explained = compute >= 0 && stages[static_cast<std::size_t>(compute)].top_rank == k.top_rank &&
+                           stages[static_cast<std::size_t>(compute)].excess_ms >= 0.5 * k.excess_ms;
+    if (compute < 0 || (!explained && k.excess_ms > stages[static_cast<std::size_t>(compute)].excess_ms)) best = comm;
+  }
+  if (best < 0 || !finite_at_least(stages[static_cast<std::size_t>(best)].excess_ms, noise_floor_ms)) return -1;
+  // Zero noise floor: a stage with no spread at all is still no bottleneck.
+  if (stages[static_cast<std::size_t>(best)].excess_ms <= 0.0) return -1;
+  return best;
+}
+
+std::string format_hints(const StepVerdict& v, const VerdictConfig& cfg) {
+  const char* ref_name = cfg.reference == Reference::kMean ? "mean" : "median";
+  char buf[256];
+  std::string out;
+  if (v.likely_bottleneck < 0) {
+    out = "no stragglers";
+  } else {
+    const StageVerdict& b = v.stages[static_cast<std::size_t>(v.likely_bottleneck)];
+    if (b.kind == StageKind::kCommunication) {
+      std::snprintf(buf, sizeof buf, "rank %d arrives last at %s: %.1f ms vs %s %.1f ms (peers wait %.1f ms)",
+                    b.top_rank, b.stage.c_str(), b.min_ms, ref_name, b.ref_ms, b.excess_ms);
+    } else {
+      std::snprintf(buf, sizeof buf, "rank %d is slow in %s: %.1f ms vs %s %.1f ms (%.2fx)", b.top_rank,
+                    b.stage.c_str(), b.max_ms, ref_name, b.ref_ms, b.slowdown_ratio);
+    }
+    out = buf;
+    if (b.stragglers.empty()) out += ", below the straggler thresholds";
+  }
+  std::string also;
+  for (std::size_t i = 0; i < v.stages.size(); ++i) {
+    if (static_cast<std::int32_t>(i) == v.likely_bottleneck || v.stages[i].stragglers.empty()) continue;
+    also += also.empty() ? "" : ", ";
+    also += v.stages[i].stage;
+  }
+  if (!also.empty()) out += "; stragglers also in " + also;
+  return out;
+}
+
+}  // namespace
+
+void VerdictConfig::validate() const {
+  if (!(std::isfinite(relative_threshold) && relative_threshold >= 1.0)) {
+    throw std::invalid_argument("relative_threshold must be a finite number >= 1, got " +
+                                std::to_string(relative_threshold));
+  }
+  if (!(std::isfinite(absolute_ms_threshold) && absolute_ms_threshold >= 0.0)) {
+    throw std::invalid_argument("absolute_ms_threshold must be a finite number >= 0, got " +
+                                std::to_string(absolute_ms_threshold));
+  }
+  if (!(std::isfinite(noise_floor_ms) && noise_floor_ms >= 0.0)) {
+    throw std::invalid_argument("noise_floor_ms must be a finite number >= 0, got " + std::to_string(noise_floor_ms));
+  }
+  if (reference != Reference::kMean && reference != Reference::kMedian) {
+    throw std::invalid_argument("reference must be mean or median");
+  }
+}
+
+std::int32_t StepVerdict::num_stragglers() const {
+  std::vector<std::int32_t> ranks;
+  for (const auto& s : stages) ranks.insert(ranks.end(), s.stragglers.begin(), s.stragglers.end());
+  std::sort(ranks.begin(), ranks.end());
+  return static_cast<std::int32_t>(std::unique(ranks.begin(), ranks.end()) - ranks.begin());
+}
+
+StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config) {
+  config.validate();
+  if (matrix.kinds.size() != matrix.stages.size()) {
+    throw std::invalid_argument("StepMatrix: kinds and stages differ in length");
+  }
+  if (matrix.num_ranks < 0 || matrix.ms.size() != static_cast<std::size_t>(matrix.num_ranks) * matrix.num_stages()) {
+    throw std::invalid_argument("StepMatrix: ms size does not match num_ranks x stages");
+  }
+  StepVerdict v;
+  v.step = matrix.step;
+  judge_stages(matrix, config, v);
+  v.likely_bottleneck = likely_bottleneck(v.stages, config.noise_floor_ms);
+  v.hints = format_hints(v, config);
+  return v;
+}
+
+}  // namespace relax_straggler::core

@@ -1,0 +1,69 @@
+// Per-step straggler verdict (Relax RFC #334, "Detection rule").
+//
+// For each stage, ref = mean or median over the ranks that ran it (NaN-aware).
+// Compute stages: rank r is a straggler if
+//     t_r - ref >= noise_floor_ms  and  (t_r >= ref * relative_threshold  or  t_r - ref >= absolute_ms_threshold)
+// Communication stages (invariant 7): durations include waiting for peers, so the rank
+// that arrived last has the shortest duration. Rank r is a late arrival if
+//     ref - t_r >= noise_floor_ms  and  (t_r * relative_threshold <= ref  or  ref - t_r >= absolute_ms_threshold)
+// noise_floor_ms is our addition to the RFC rule: sub-millisecond stages (data
+// loading, tiny optimizers) otherwise trip the relative rule on jitter alone.
+// Setting it to 0 gives the RFC rule exactly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/step_matrix.h"
+
+namespace relax_straggler::core {
+
+enum class Reference : std::uint8_t { kMean = 0, kMedian = 1 };
+
+struct VerdictConfig {
+  double relative_threshold = 1.2;    // dimensionless, >= 1
+  double absolute_ms_threshold = 5.0;  // ms, >= 0
+  double noise_floor_ms = 1.0;         // ms, >= 0
+  Reference reference = Reference::kMean;
+
+  // Throws std::invalid_argument naming the offending field.
+  void validate() const;
+};
+
+struct StageVerdict {
+  std::string stage;
+  StageKind kind = StageKind::kCompute;
+  std::int32_t ranks_reporting = 0;  // ranks with a non-NaN time
+  double ref_ms = 0.0;               // mean or median over ranks (NaN if none reported)
+  double mean_ms = 0.0;
+  double max_ms = 0.0;
+  double min_ms = 0.0;
+  // Compute: the slowest rank (argmax). Communication: the rank that arrived last
+  // (argmin). Lowest rank index on ties; -1 if no rank reported.
+  std::int32_t top_rank = -1;
+  double slowdown_ratio = 0.0;  // max_ms / ref_ms
+  // Score of top_rank in 0..1, lower is slower: min(1, ref/t) for compute,
+  // min(1, t/ref) for communication (NVRx-style relative score).
+  double relative_score = 0.0;
+  // What the slowest rank costs: max - ref (compute), ref - min (communication).
+  double excess_ms = 0.0;
+  std::vector<std::int32_t> stragglers;  // ascending rank ids
+};
+
+struct StepVerdict {
+  std::int64_t step = 0;
+  std::vector<StageVerdict> stages;  // one per StepMatrix column, same order
+  // Index into stages of the stage whose imbalance costs the most, or -1 when no
+  // stage's excess reaches noise_floor_ms. See judge_step for the communication rule.
+  std::int32_t likely_bottleneck = -1;
+  std::string hints;  // one human-readable line
+
+  std::int32_t num_stragglers() const;  // distinct straggler ranks over all stages
+};
+
+// Judges one sampled step. Complexity O(ranks x stages) (O(n) selection for the median).
+// Throws std::invalid_argument on an invalid config or a malformed matrix.
+StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config);
+
+}  // namespace relax_straggler::core

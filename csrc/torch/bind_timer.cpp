@@ -1,0 +1,68 @@
+// Python bindings of the sampled stage timer and its Section context manager.
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "bindings.h"
+#include "stage_timer.h"
+
+namespace py = pybind11;
+
+namespace relax_straggler::torch_ext {
+namespace {
+
+// `with timer.section(id):` — a reusable context manager bound to one stage. On a
+// non-sampled step __enter__/__exit__ return after one atomic load in StageTimer.
+class Section {
+ public:
+  Section(std::shared_ptr<StageTimer> timer, int stage) : timer_(std::move(timer)), stage_(stage) {}
+  void enter() { timer_->start(stage_); }
+  void exit() { timer_->stop(stage_); }
+  int stage() const { return stage_; }
+
+ private:
+  std::shared_ptr<StageTimer> timer_;
+  int stage_;
+};
+
+}  // namespace
+
+void bind_timer(py::module_& m) {
+  py::class_<StepSample>(m, "StepSample", "One rank's measurements for one step (per stage id; ms).")
+      .def_readonly("step", &StepSample::step)
+      .def_readonly("sampled", &StepSample::sampled)
+      .def_readonly("device_ms", &StepSample::device_ms)
+      .def_readonly("host_ms", &StepSample::host_ms)
+      .def_readonly("calls", &StepSample::calls);
+
+  py::class_<Section>(m, "Section")
+      .def("__enter__", [](Section& s) { s.enter(); return &s; }, py::return_value_policy::reference)
+      .def("__exit__", [](Section& s, const py::args&) { s.exit(); return false; })
+      .def_property_readonly("stage", &Section::stage);
+
+  py::class_<StageTimer, std::shared_ptr<StageTimer>>(m, "StageTimer",
+                                                      "Sampled, bounded, synchronize-free stage timer (stage_timer.h).")
+      .def(py::init<int, std::int64_t, std::int64_t, std::size_t, bool>(), py::arg("num_stages"), py::arg("interval"),
+           py::arg("warmup_steps") = 0, py::arg("max_events") = 4096, py::arg("use_cuda") = false)
+      .def("begin_step", &StageTimer::begin_step, py::arg("step"))
+      .def("start", &StageTimer::start, py::arg("stage"))
+      .def("stop", &StageTimer::stop, py::arg("stage"))
+      .def("end_step", &StageTimer::end_step)
+      .def("section",
+           [](const std::shared_ptr<StageTimer>& t, int stage) {
+             if (stage < 0 || stage >= t->num_stages()) throw py::index_error("stage id out of range");
+             return Section(t, stage);
+           },
+           py::arg("stage"))
+      .def_property_readonly("sampled", &StageTimer::sampled)
+      .def_property_readonly("num_stages", &StageTimer::num_stages)
+      .def_property_readonly("interval", &StageTimer::interval)
+      .def_property_readonly("device", &StageTimer::device)
+      .def_property_readonly("read_points", &StageTimer::read_points)
+      .def_property_readonly("events_recorded", &StageTimer::events_recorded)
+      .def_property_readonly("dropped_sections", &StageTimer::dropped_sections)
+      .def_property_readonly("unmatched_stops", &StageTimer::unmatched_stops)
+      .def_property_readonly("open_at_step_end", &StageTimer::open_at_step_end);
+}
+
+}  // namespace relax_straggler::torch_ext

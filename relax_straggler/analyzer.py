@@ -1,0 +1,231 @@
+"""install() and the Analyzer it returns: the Python manager over the C++ stage timer.
+
+One sampled step, end to end:
+  begin_step -> hooks and section()s record events -> optimizer post-hook (or step())
+  -> end_step reads the events once -> the row is packed and gathered asynchronously
+  over the side Gloo group -> on the metrics rank the report thread judges it and feeds
+  the sinks. The training thread never waits for a peer and never synchronizes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+from typing import Any, Callable, ContextManager, Optional, Sequence, Union
+
+import torch
+import torch.distributed as dist
+
+from relax_straggler._ext import ext
+from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
+from relax_straggler.config import StragglerConfig
+from relax_straggler.hooks import TrainingHooks
+from relax_straggler.module_stages import ModuleStageHooks
+from relax_straggler.payload import pack, unpack
+from relax_straggler.report import Report, build_report
+from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
+
+log = logging.getLogger(__name__)
+
+_NULL_SECTION: ContextManager[None] = contextlib.nullcontext()
+
+Models = Union[torch.nn.Module, Sequence[torch.nn.Module], None]
+
+
+class NullAnalyzer:
+    """The analyzer when disabled: registers nothing, records nothing (invariant 1)."""
+
+    enabled = False
+
+    def section(self, name: str) -> ContextManager[None]:
+        return _NULL_SECTION
+
+    def step(self) -> None:
+        pass
+
+    def set_workload(self, tokens: float) -> None:
+        pass
+
+    def summary(self) -> None:
+        return None
+
+    def uninstall(self) -> None:
+        pass
+
+
+class Analyzer:
+    """Straggler analysis attached to one training loop. Build it with install()."""
+
+    enabled = True
+
+    def __init__(self, models: list[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
+                 config: StragglerConfig, report_fn: Optional[Callable[[dict, int], None]],
+                 group: Optional[dist.ProcessGroup]) -> None:
+        from relax_straggler.stages import STAGES, stage_id
+
+        C = ext()
+        self.config = config
+        use_cuda = _use_cuda(config, models)
+        self._timer = C.StageTimer(len(STAGES), config.interval, config.warmup_steps, config.max_events, use_cuda)
+        self._sections = {name: self._timer.section(stage_id(name)) for name in STAGES}
+        self._step = 0
+        self._tokens = math.nan
+        self._lock = threading.Lock()
+
+        if dist.is_available() and dist.is_initialized():
+            ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+            self._gather: Union[SideGroupGather, LocalGather] = SideGroupGather(ranks, config.metrics_rank)
+        else:
+            if config.metrics_rank != 0:
+                raise ValueError(f"--straggler-metrics-rank {config.metrics_rank}: a single process has only rank 0")
+            self._gather = LocalGather()
+
+        self._summary: Optional[RunSummary] = None
+        self._pipeline: Optional[ReportPipeline] = None
+        self._closables: list[Any] = []
+        if self._gather.is_metrics_rank:
+            self._summary = RunSummary()
+            sinks: list[Any] = [self._summary]
+            if report_fn is not None:
+                sinks.append(CallbackSink(report_fn))
+            if config.jsonl_path:
+                jsonl = JsonlSink(config.jsonl_path)
+                sinks.append(jsonl)
+                self._closables.append(jsonl)
+            if config.console:
+                sinks.append(ConsoleSink())
+            self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size)
+
+        time_grad_sync = any(isinstance(m, torch.nn.parallel.DistributedDataParallel) for m in models)
+        self._hooks = TrainingHooks(self._timer, models, optimizer, self.step, time_grad_sync)
+        self._module_hooks = ModuleStageHooks(self._timer, models) if config.enable_module_stages else None
+        self._timer.begin_step(self._step)
+
+    # public API ------------------------------------------------------------------------
+    def section(self, name: str) -> ContextManager[Any]:
+        """Context manager timing `name` (a stage of relax_straggler.stages.STAGES) on sampled steps.
+
+        Raises ValueError for an unknown stage. Sections nest and accumulate within a step.
+        """
+        try:
+            return self._sections[name]
+        except KeyError:
+            from relax_straggler.stages import stage_id
+
+            stage_id(name)  # raises the ValueError listing the stages
+            raise
+
+    def set_workload(self, tokens: float) -> None:
+        """This rank's work in the current step (e.g. tokens). When every rank gives it,
+        workload stages are compared per token. Raises ValueError unless finite and > 0."""
+        if not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
+            raise ValueError(f"set_workload: tokens must be a finite number > 0, got {tokens!r}")
+        self._tokens = float(tokens)
+
+    def step(self) -> None:
+        """Ends the current step. Called by the optimizer post-hook; call it yourself only
+        when install() was given optimizer=None."""
+        with self._lock:
+            sample = self._timer.end_step()
+            if sample.sampled:
+                try:
+                    self._publish(sample)
+                except Exception:
+                    log.warning("relax_straggler: could not publish step %d; training continues", sample.step,
+                                exc_info=True)
+            self._step += 1
+            self._tokens = math.nan
+            self._timer.begin_step(self._step)
+
+    def summary(self) -> Optional[RunSummary]:
+        """The run summary (metrics rank only; None elsewhere)."""
+        return self._summary
+
+    @property
+    def timer(self) -> Any:
+        """The underlying relax_straggler._C.StageTimer (counters for tests and benchmarks)."""
+        return self._timer
+
+    def counters(self) -> dict[str, int]:
+        """Every loss so far, as published under straggler/*."""
+        return {
+            "dropped_reports": self._pipeline.dropped_reports if self._pipeline else 0,
+            "dropped_sections": self._timer.dropped_sections,
+            "unmatched_stops": self._timer.unmatched_stops,
+            "open_at_step_end": self._timer.open_at_step_end,
+            "gather_stalls": self._gather.stalls,
+        }
+
+    def uninstall(self) -> None:
+        """Removes every hook, flushes pending reports and releases the side group.
+        Collective when distributed: every rank must call it."""
+        global _ACTIVE
+        self._hooks.remove()
+        if self._module_hooks is not None:
+            self._module_hooks.remove()
+        self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
+        if self._pipeline is not None:
+            self._pipeline.close()
+        self._gather.close()
+        for c in self._closables:
+            c.close()
+        if _ACTIVE is self:
+            _ACTIVE = None
+
+    # internals -------------------------------------------------------------------------
+    def _publish(self, sample: Any) -> None:
+        row = pack(sample.step, self._tokens, self._gather.rank, sample.device_ms, sample.host_ms, sample.calls)
+        pending = self._gather.gather(row)
+        if pending is not None and self._pipeline is not None:
+            self._pipeline.submit(pending, sample.step)
+
+    def _build_report(self, pending: PendingRows, step: int) -> Report:
+        return build_report(unpack(pending.wait()), step, self.config, self.config.metrics_rank, self.counters())
+
+
+def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:
+    if config.device_events == "cpu":
+        return False
+    if config.device_events == "cuda":
+        return True
+    if not (torch.cuda.is_available() and ext().with_cuda):
+        return False
+    return any(p.is_cuda for m in models for p in m.parameters())
+
+
+_ACTIVE: Optional[Analyzer] = None
+
+
+def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
+            config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
+            group: Optional[dist.ProcessGroup] = None) -> Union[Analyzer, NullAnalyzer]:
+    """Attaches straggler analysis to a training loop.
+
+    model: a module or a list of model chunks (virtual pipeline), or None for manual
+    sections only. optimizer: its step() ends each step; with None, call
+    analyzer.step() once per step yourself. config: None means enabled with defaults;
+    a config with enabled=False returns a NullAnalyzer and registers nothing.
+    report_fn(metrics: dict, step: int): called on the metrics rank, off the training
+    thread, once per sampled step. group: the process group whose ranks are compared
+    (default: the world). Collective when torch.distributed is initialized: every rank
+    of the default group calls install() at the same point.
+    Raises ValueError for a bad config, TypeError for an optimizer without step hooks.
+    """
+    global _ACTIVE
+    config = config if config is not None else StragglerConfig(enabled=True)
+    if not config.enabled:
+        return NullAnalyzer()
+    models = [] if model is None else [model] if isinstance(model, torch.nn.Module) else list(model)
+    if optimizer is not None and not hasattr(optimizer, "register_step_pre_hook"):
+        raise TypeError(f"{type(optimizer).__name__} has no register_step_pre_hook (torch.optim.Optimizer has): "
+                        "pass optimizer=None and call analyzer.step() once per step")
+    analyzer = Analyzer(models, optimizer, config, report_fn, group)
+    _ACTIVE = analyzer
+    return analyzer
+
+
+def section(name: str) -> ContextManager[Any]:
+    """`with relax_straggler.section("data"):` on the installed analyzer; a no-op when none is."""
+    return _ACTIVE.section(name) if _ACTIVE is not None else _NULL_SECTION

@@ -1,0 +1,121 @@
+"""StragglerConfig: the RFC flags (Relax RFC #334) plus the few knobs a deployment needs.
+
+`add_arguments(parser)` adds one ``--straggler-*`` flag per field and `from_args(args)`
+reads them back, so the argparse group mirrors this dataclass one to one. The RFC's six
+flags keep the RFC's names and defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class StragglerConfig:
+    """Analyzer settings. Times are in ms. Raises ValueError naming the flag on bad values."""
+
+    enabled: bool = False  # --straggler-analysis (RFC)
+    interval: int = 10  # --straggler-interval (RFC): sample every N-th step
+    relative_threshold: float = 1.2  # --straggler-relative-threshold (RFC): slow if t >= ref * this
+    absolute_ms_threshold: float = 5.0  # --straggler-absolute-ms-threshold (RFC): or t - ref >= this
+    ref: str = "mean"  # --straggler-ref (RFC): mean or median over ranks
+    enable_module_stages: bool = False  # --straggler-enable-module-stages (RFC): attention / moe stages
+    warmup_steps: int = 10  # steps before the first sample (allocator and compile warm-up)
+    noise_floor_ms: float = 1.0  # excess below this is never a straggler (0 = the bare RFC rule)
+    metrics_rank: int = 0  # rank (within the analyzed group) that judges and reports
+    jsonl_path: Optional[str] = None  # append one JSON line per report here
+    console: bool = False  # print a table per report on the metrics rank
+    queue_size: int = 64  # reports waiting for the sinks; beyond it reports are dropped and counted
+    max_events: int = 4096  # event-pool slots per step (two per timed section)
+    device_events: str = "auto"  # "auto" (CUDA events when CUDA is in use), "cuda" or "cpu"
+
+    def __post_init__(self) -> None:
+        def bad(flag: str, why: str, value: object) -> ValueError:
+            return ValueError(f"--straggler-{flag} {why}, got {value!r}")
+
+        if not _is_int(self.interval) or self.interval < 1:
+            raise bad("interval", "must be an integer >= 1", self.interval)
+        if not _is_finite(self.relative_threshold) or self.relative_threshold < 1.0:
+            raise bad("relative-threshold", "must be a finite number >= 1", self.relative_threshold)
+        if not _is_finite(self.absolute_ms_threshold) or self.absolute_ms_threshold < 0:
+            raise bad("absolute-ms-threshold", "must be a finite number >= 0", self.absolute_ms_threshold)
+        if self.ref not in ("mean", "median"):
+            raise bad("ref", "must be 'mean' or 'median'", self.ref)
+        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
+            raise bad("warmup-steps", "must be an integer >= 0", self.warmup_steps)
+        if not _is_finite(self.noise_floor_ms) or self.noise_floor_ms < 0:
+            raise bad("noise-floor-ms", "must be a finite number >= 0", self.noise_floor_ms)
+        if not _is_int(self.metrics_rank) or self.metrics_rank < 0:
+            raise bad("metrics-rank", "must be an integer >= 0", self.metrics_rank)
+        if not _is_int(self.queue_size) or self.queue_size < 1:
+            raise bad("queue-size", "must be an integer >= 1", self.queue_size)
+        if not _is_int(self.max_events) or self.max_events < 2:
+            raise bad("max-events", "must be an integer >= 2", self.max_events)
+        if self.device_events not in ("auto", "cuda", "cpu"):
+            raise bad("device-events", "must be 'auto', 'cuda' or 'cpu'", self.device_events)
+
+    def replace(self, **changes: object) -> "StragglerConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_finite(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """Adds the ``--straggler-*`` flags to `parser` (one group); returns the group."""
+    d = StragglerConfig()
+    g = parser.add_argument_group("straggler analysis (relax_straggler)")
+    g.add_argument("--straggler-analysis", action="store_true", help="Enable straggler analysis (off by default).")
+    g.add_argument("--straggler-interval", type=int, default=d.interval, help="Sample every N-th step.")
+    g.add_argument("--straggler-relative-threshold", type=float, default=d.relative_threshold,
+                   help="A rank is slow in a stage if its time >= reference x this.")
+    g.add_argument("--straggler-absolute-ms-threshold", type=float, default=d.absolute_ms_threshold,
+                   help="... or if its time - reference >= this many ms.")
+    g.add_argument("--straggler-ref", type=str, default=d.ref, help="Reference over ranks: mean or median.")
+    g.add_argument("--straggler-enable-module-stages", action="store_true",
+                   help="Also time attention and MoE modules as their own stages.")
+    g.add_argument("--straggler-warmup-steps", type=int, default=d.warmup_steps,
+                   help="Steps before the first sample.")
+    g.add_argument("--straggler-noise-floor-ms", type=float, default=d.noise_floor_ms,
+                   help="Never flag an excess over the reference below this many ms (0: bare RFC rule).")
+    g.add_argument("--straggler-metrics-rank", type=int, default=d.metrics_rank,
+                   help="Rank that judges and reports.")
+    g.add_argument("--straggler-jsonl", dest="straggler_jsonl_path", type=str, default=d.jsonl_path,
+                   help="Append one JSON line per report to this file.")
+    g.add_argument("--straggler-console", action="store_true", help="Print a table per report.")
+    g.add_argument("--straggler-queue-size", type=int, default=d.queue_size,
+                   help="Reports waiting for the sinks before new ones are dropped (and counted).")
+    g.add_argument("--straggler-max-events", type=int, default=d.max_events,
+                   help="Timing events per step (two per section).")
+    g.add_argument("--straggler-device-events", type=str, default=d.device_events,
+                   help="auto, cuda or cpu timing events.")
+    return g
+
+
+def from_args(args: argparse.Namespace) -> StragglerConfig:
+    """Builds a StragglerConfig from flags added by add_arguments. Raises ValueError."""
+    return StragglerConfig(
+        enabled=args.straggler_analysis,
+        interval=args.straggler_interval,
+        relative_threshold=args.straggler_relative_threshold,
+        absolute_ms_threshold=args.straggler_absolute_ms_threshold,
+        ref=args.straggler_ref,
+        enable_module_stages=args.straggler_enable_module_stages,
+        warmup_steps=args.straggler_warmup_steps,
+        noise_floor_ms=args.straggler_noise_floor_ms,
+        metrics_rank=args.straggler_metrics_rank,
+        jsonl_path=args.straggler_jsonl_path,
+        console=args.straggler_console,
+        queue_size=args.straggler_queue_size,
+        max_events=args.straggler_max_events,
+        device_events=args.straggler_device_events,
+    )

@@ -1,0 +1,132 @@
+"""From gathered rows to a Report: the judged matrix, the verdict and the RFC metrics.
+
+Runs on the metrics rank's report thread, never on the training thread.
+Metric names (RFC #334, all under ``straggler/``; these never change meaning):
+  {stage}/local_ms        this (metrics) rank's time in the stage, ms
+  {stage}/mean_ms         mean over ranks, ms
+  {stage}/ref_ms          the reference used (mean or median), ms
+  {stage}/max_ms          slowest rank's time, ms
+  {stage}/slowdown_ratio  max_ms / ref_ms
+  {stage}/relative_score  the top rank's score, 0..1, lower is slower
+  {stage}/top_rank        compute: slowest rank; communication: the rank that arrived last
+  {stage}/num_stragglers  ranks flagged in the stage
+  likely_bottleneck       stage name, or "none"
+  hints                   one readable line
+  num_stragglers          distinct ranks flagged in any stage
+  dropped_reports, dropped_sections, mismatched_ranks   every loss, counted
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from relax_straggler._ext import ext
+from relax_straggler.config import StragglerConfig
+from relax_straggler.payload import Gathered
+from relax_straggler.stages import STAGES, WORKLOAD_STAGES
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Report:
+    """One judged sampled step. Arrays are (ranks, len(stages)) in ms, NaN = not run."""
+
+    step: int
+    stages: tuple[str, ...]  # the stages some rank ran, in STAGES order
+    device_ms: np.ndarray  # as measured
+    judged_ms: np.ndarray  # what was judged: device_ms, per-token normalized where workloads were given
+    tokens: Optional[np.ndarray]  # (ranks,) or None
+    stragglers: dict[str, tuple[int, ...]]  # stage -> flagged ranks
+    likely_bottleneck: Optional[str]
+    top_ranks: dict[str, int]  # stage -> top rank
+    hints: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_ranks(self) -> int:
+        return int(self.device_ms.shape[0])
+
+
+def verdict_config(config: StragglerConfig):
+    C = ext()
+    ref = C.Reference.MEAN if config.ref == "mean" else C.Reference.MEDIAN
+    return C.VerdictConfig(config.relative_threshold, config.absolute_ms_threshold, config.noise_floor_ms, ref)
+
+
+def normalize_workload(device_ms: np.ndarray, stages: tuple[str, ...], tokens: np.ndarray) -> np.ndarray:
+    """Scales workload stages to the mean token count: t * mean(tokens) / tokens_r.
+
+    Ranks doing unequal work (dynamic batch sizes) are then compared per token, in ms
+    units a reader recognizes. tokens must be finite and > 0 for every rank.
+    """
+    scale = float(np.mean(tokens)) / tokens
+    out = device_ms.copy()
+    for j, stage in enumerate(stages):
+        if stage in WORKLOAD_STAGES:
+            out[:, j] *= scale
+    return out
+
+
+def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,
+                 counters: dict[str, int]) -> Report:
+    """Judges one step's gathered rows. counters: loss counters to publish with it."""
+    device_ms = gathered.device_ms.copy()
+    mismatched = gathered.steps != step
+    if mismatched.any():
+        # A rank whose step counter drifted (e.g. a skipped optimizer step) is not
+        # comparable with the others this time: its row is not judged, and counted.
+        device_ms[mismatched, :] = np.nan
+    ran = ~np.all(np.isnan(device_ms), axis=0)
+    stages = tuple(s for s, keep in zip(STAGES, ran) if keep)
+    device_ms = device_ms[:, ran]
+
+    tokens = gathered.tokens
+    judged = device_ms
+    tokens_given = bool(np.all(np.isfinite(tokens) & (tokens > 0)))
+    if tokens_given:
+        judged = normalize_workload(device_ms, stages, tokens)
+    elif np.any(np.isfinite(tokens)):
+        log.warning("relax_straggler: step %d: only some ranks set a workload; comparing raw times", step)
+
+    verdict = ext().judge_step(judged, list(stages), step, verdict_config(config))
+    stragglers = {sv.stage: tuple(sv.stragglers) for sv in verdict.stages}
+    top_ranks = {sv.stage: sv.top_rank for sv in verdict.stages}
+    bottleneck = verdict.stages[verdict.likely_bottleneck].stage if verdict.likely_bottleneck >= 0 else None
+
+    metrics: dict[str, Any] = {}
+    for j, sv in enumerate(verdict.stages):
+        p = f"straggler/{sv.stage}/"
+        local = judged[metrics_rank, j] if metrics_rank < judged.shape[0] else math.nan
+        metrics[p + "local_ms"] = float(local)
+        metrics[p + "mean_ms"] = sv.mean_ms
+        metrics[p + "ref_ms"] = sv.ref_ms
+        metrics[p + "max_ms"] = sv.max_ms
+        metrics[p + "slowdown_ratio"] = sv.slowdown_ratio
+        metrics[p + "relative_score"] = sv.relative_score
+        metrics[p + "top_rank"] = sv.top_rank
+        metrics[p + "num_stragglers"] = len(sv.stragglers)
+    metrics["straggler/likely_bottleneck"] = bottleneck or "none"
+    metrics["straggler/hints"] = verdict.hints
+    metrics["straggler/num_stragglers"] = verdict.num_stragglers
+    metrics["straggler/mismatched_ranks"] = int(mismatched.sum())
+    for name, value in counters.items():
+        metrics[f"straggler/{name}"] = value
+
+    return Report(
+        step=step,
+        stages=stages,
+        device_ms=device_ms,
+        judged_ms=judged,
+        tokens=tokens.copy() if tokens_given else None,
+        stragglers=stragglers,
+        likely_bottleneck=bottleneck,
+        top_ranks=top_ranks,
+        hints=verdict.hints,
+        metrics=metrics,
+    )

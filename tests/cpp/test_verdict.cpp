@@ -1,0 +1,196 @@
+// The per-step verdict rule on hand-computed cases (RFC #334 rule, invariant 7).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "core/verdict.h"
+
+namespace rs = relax_straggler::core;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// One-stage matrix: column of times per rank.
+rs::StepMatrix column(const std::string& stage, std::vector<double> ms) {
+  const auto n = static_cast<std::int32_t>(ms.size());
+  return rs::StepMatrix::from_rows(7, n, {stage}, std::move(ms));
+}
+
+rs::VerdictConfig rfc(double floor_ms = 0.0) {
+  rs::VerdictConfig c;
+  c.noise_floor_ms = floor_ms;
+  return c;
+}
+
+}  // namespace
+
+TEST(Verdict, MeanReferenceRelativeRule) {
+  // mean = (100+100+100+140)/4 = 110; 140 >= 1.2*110 = 132 -> straggler.
+  auto v = rs::judge_step(column("forward", {100, 100, 100, 140}), rfc());
+  const auto& s = v.stages[0];
+  EXPECT_DOUBLE_EQ(s.ref_ms, 110.0);
+  EXPECT_DOUBLE_EQ(s.max_ms, 140.0);
+  EXPECT_EQ(s.top_rank, 3);
+  EXPECT_DOUBLE_EQ(s.slowdown_ratio, 140.0 / 110.0);
+  EXPECT_DOUBLE_EQ(s.relative_score, 110.0 / 140.0);
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{3}));
+  EXPECT_EQ(v.likely_bottleneck, 0);
+  EXPECT_EQ(v.step, 7);
+}
+
+TEST(Verdict, MedianReferenceIsRobustToTheOutlier) {
+  // median = 100; 125 >= 120 -> straggler under median, but the mean (106.25) would give
+  // 125 < 127.5 and 125 - 106.25 = 18.75 >= 5 -> also a straggler, by the absolute rule.
+  auto cfg = rfc();
+  cfg.reference = rs::Reference::kMedian;
+  auto v = rs::judge_step(column("backward", {100, 100, 100, 125}), cfg);
+  EXPECT_DOUBLE_EQ(v.stages[0].ref_ms, 100.0);
+  EXPECT_EQ(v.stages[0].stragglers, (std::vector<std::int32_t>{3}));
+  EXPECT_DOUBLE_EQ(v.stages[0].mean_ms, 106.25);
+}
+
+TEST(Verdict, AbsoluteThresholdOnlyCase) {
+  // mean 201.5; 206 < 1.2 * 201.5 but 206 - 201.5 = 4.5 < 5 -> not a straggler;
+  // 210 - 203.5 = 6.5 >= 5 -> straggler although 210 < 1.2 * 203.5.
+  auto below = rs::judge_step(column("forward", {200, 200, 200, 206}), rfc());
+  EXPECT_TRUE(below.stages[0].stragglers.empty());
+  auto above = rs::judge_step(column("forward", {200, 200, 204, 210}), rfc());
+  EXPECT_DOUBLE_EQ(above.stages[0].ref_ms, 203.5);
+  EXPECT_EQ(above.stages[0].stragglers, (std::vector<std::int32_t>{3}));
+}
+
+TEST(Verdict, NaNRanksAreIgnored) {
+  auto v = rs::judge_step(column("optimizer", {10, kNaN, 10, 30}), rfc());
+  const auto& s = v.stages[0];
+  EXPECT_EQ(s.ranks_reporting, 3);
+  EXPECT_NEAR(s.ref_ms, 50.0 / 3.0, 1e-12);
+  EXPECT_EQ(s.top_rank, 3);
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{3}));
+}
+
+TEST(Verdict, AllNaNStageHasNoTopRank) {
+  auto v = rs::judge_step(column("data", {kNaN, kNaN}), rfc());
+  EXPECT_EQ(v.stages[0].ranks_reporting, 0);
+  EXPECT_EQ(v.stages[0].top_rank, -1);
+  EXPECT_TRUE(std::isnan(v.stages[0].ref_ms));
+  EXPECT_EQ(v.likely_bottleneck, -1);
+  EXPECT_EQ(v.hints, "no stragglers");
+}
+
+TEST(Verdict, TiesPickTheLowestRank) {
+  auto v = rs::judge_step(column("forward", {10, 50, 50, 10}), rfc());
+  EXPECT_EQ(v.stages[0].top_rank, 1);
+  EXPECT_EQ(v.stages[0].stragglers, (std::vector<std::int32_t>{1, 2}));
+}
+
+TEST(Verdict, OneRankIsNeverAStraggler) {
+  auto v = rs::judge_step(column("forward", {123.0}), rfc());
+  EXPECT_EQ(v.stages[0].top_rank, 0);
+  EXPECT_DOUBLE_EQ(v.stages[0].slowdown_ratio, 1.0);
+  EXPECT_TRUE(v.stages[0].stragglers.empty());
+  EXPECT_EQ(v.likely_bottleneck, -1);
+}
+
+TEST(Verdict, AllEqualHasNoStragglerAndNoBottleneck) {
+  auto v = rs::judge_step(column("forward", {40, 40, 40, 40}), rfc());
+  EXPECT_TRUE(v.stages[0].stragglers.empty());
+  EXPECT_DOUBLE_EQ(v.stages[0].relative_score, 1.0);
+  EXPECT_EQ(v.likely_bottleneck, -1);
+  EXPECT_EQ(v.num_stragglers(), 0);
+}
+
+TEST(Verdict, NoiseFloorSuppressesSubMillisecondJitter) {
+  // 0.05 vs 0.08 ms trips the relative rule (0.08 >= 1.2 * 0.0575) under the bare RFC rule.
+  auto bare = rs::judge_step(column("data", {0.05, 0.05, 0.05, 0.08}), rfc(0.0));
+  EXPECT_EQ(bare.stages[0].stragglers, (std::vector<std::int32_t>{3}));
+  auto floored = rs::judge_step(column("data", {0.05, 0.05, 0.05, 0.08}), rfc(1.0));
+  EXPECT_TRUE(floored.stages[0].stragglers.empty());
+  EXPECT_EQ(floored.likely_bottleneck, -1);
+}
+
+TEST(Verdict, CommunicationBlamesTheShortestDuration) {
+  // Rank 2 arrives last: it waits ~0 ms while the others wait ~30 ms.
+  auto v = rs::judge_step(column("communication", {31, 30, 0.5, 30}), rfc());
+  const auto& s = v.stages[0];
+  EXPECT_EQ(s.kind, rs::StageKind::kCommunication);
+  EXPECT_EQ(s.top_rank, 2);
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{2}));
+  EXPECT_DOUBLE_EQ(s.ref_ms, 22.875);
+  EXPECT_DOUBLE_EQ(s.excess_ms, 22.375);
+  EXPECT_NEAR(s.relative_score, 0.5 / 22.875, 1e-12);
+  // The long durations of the waiting ranks are never flagged.
+  EXPECT_EQ(v.likely_bottleneck, 0);
+  EXPECT_NE(v.hints.find("rank 2 arrives last at communication"), std::string::npos);
+}
+
+TEST(Verdict, CommunicationOpsAreCommunicationStages) {
+  EXPECT_EQ(rs::stage_kind_of("communication/allreduce"), rs::StageKind::kCommunication);
+  EXPECT_EQ(rs::stage_kind_of("communication"), rs::StageKind::kCommunication);
+  EXPECT_EQ(rs::stage_kind_of("communications"), rs::StageKind::kCompute);
+  EXPECT_EQ(rs::stage_kind_of("forward"), rs::StageKind::kCompute);
+}
+
+TEST(Verdict, LateArrivalExplainedByComputeNamesTheComputeStage) {
+  // Rank 2 is 30 ms slow in forward; the others wait ~30 ms in the gradient all-reduce.
+  // Both excesses are 22.5 ms; the communication late rank is the compute slow rank.
+  auto m = rs::StepMatrix::from_rows(1, 4, {"forward", "communication"},
+                                     {10, 30, 10, 30, 40, 0, 10, 30});
+  auto v = rs::judge_step(m, rfc());
+  EXPECT_EQ(v.stages[0].top_rank, 2);
+  EXPECT_EQ(v.stages[1].top_rank, 2);
+  EXPECT_EQ(v.likely_bottleneck, 0);
+  EXPECT_NE(v.hints.find("rank 2 is slow in forward"), std::string::npos);
+  EXPECT_NE(v.hints.find("stragglers also in communication"), std::string::npos);
+}
+
+TEST(Verdict, UnexplainedLateArrivalNamesCommunication) {
+  // Compute is balanced; rank 1 arrives late for another reason (data, a link).
+  auto m = rs::StepMatrix::from_rows(1, 3, {"forward", "communication"}, {10, 20, 10.5, 0.2, 10, 20});
+  auto v = rs::judge_step(m, rfc());
+  EXPECT_EQ(v.likely_bottleneck, 1);
+  EXPECT_EQ(v.stages[1].top_rank, 1);
+}
+
+TEST(Verdict, LikelyBottleneckIsArgmaxOfExcess) {
+  // forward excess 10 - 7.5 = 2.5; backward 40 - 25 = 15.
+  auto m = rs::StepMatrix::from_rows(1, 4, {"forward", "backward"}, {5, 20, 5, 20, 10, 40, 10, 20});
+  auto v = rs::judge_step(m, rfc());
+  EXPECT_EQ(v.likely_bottleneck, 1);
+  EXPECT_EQ(v.stages[1].top_rank, 2);
+}
+
+TEST(Verdict, DistinctStragglerRanksAreCounted) {
+  auto m = rs::StepMatrix::from_rows(1, 3, {"forward", "backward"}, {10, 10, 10, 10, 50, 100});
+  auto v = rs::judge_step(m, rfc());
+  EXPECT_EQ(v.num_stragglers(), 1);
+}
+
+TEST(Verdict, InvalidConfigNamesTheField) {
+  auto m = column("forward", {1, 2});
+  auto bad = rfc();
+  bad.relative_threshold = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(
+      {
+        try {
+          rs::judge_step(m, bad);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find("relative_threshold"), std::string::npos);
+          throw;
+        }
+      },
+      std::invalid_argument);
+  bad = rfc();
+  bad.absolute_ms_threshold = -1.0;
+  EXPECT_THROW(rs::judge_step(m, bad), std::invalid_argument);
+}
+
+TEST(Verdict, MalformedMatrixThrows) {
+  EXPECT_THROW(rs::StepMatrix::from_rows(0, 3, {"forward"}, {1.0, 2.0}), std::invalid_argument);
+  rs::StepMatrix m = column("forward", {1, 2});
+  m.ms.pop_back();
+  EXPECT_THROW(rs::judge_step(m, rfc()), std::invalid_argument);
+}
