@@ -45,5 +45,6 @@ setup(
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "numpy"],
     ext_modules=[_extension()],
+    entry_points={"console_scripts": ["relax-straggler=relax_straggler.cli:main"]},
     cmdclass={"build_ext": cpp_extension.BuildExtension},
 )

@@ -1,0 +1,61 @@
+# The two entry points of the README: `make demo` (the main job) and `make test`.
+# Both set everything up on a fresh Debian machine, idempotently: apt packages, a
+# virtual environment with torch 2.13.0 (CPU), and the extension build.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+APT_PACKAGES := g++ cmake ninja-build ccache libgtest-dev libbenchmark-dev libeigen3-dev nlohmann-json3-dev
+NPROC ?= 2
+DEMO_DIR ?= runs/demo
+export PATH := /usr/lib/ccache:$(PATH)
+
+.PHONY: all setup apt venv build cpp-build cpp-test py-test test demo bench clean
+
+all: test
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  echo "installing apt packages:" $$missing; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/.deps: requirements.txt
+	[ -x $(PY) ] || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.deps
+
+setup: apt venv
+
+# The lock serializes builds started from several shells in one checkout.
+build: setup
+	flock /tmp/relax_straggler-build.lock $(PIP) install -q --no-build-isolation -e .
+
+cpp-build: apt
+	cmake -S . -B build/core -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/core -j $(NPROC)
+
+cpp-test: cpp-build
+	ctest --test-dir build/core --output-on-failure
+
+py-test: build
+	$(PY) -m pytest tests/python
+
+test: cpp-test py-test
+
+demo: build
+	rm -rf $(DEMO_DIR)
+	$(VENV)/bin/torchrun --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29577 \
+	  examples/train_gpt.py --straggler-analysis --straggler-console --output $(DEMO_DIR)
+
+bench: cpp-build build
+	./build/core/rs_core_bench
+
+clean:
+	rm -rf build relax_straggler/_C*.so *.egg-info

@@ -1,0 +1,51 @@
+// Pipeline send/recv cross-validation for one step (PP >= 2).
+//
+// A p2p duration includes waiting for the partner (invariant 7), so a long wait is a
+// symptom; the cause is found by asking the neighbours:
+//   abnormal:  t >= p2p_ratio x min_op  and  t - min_op >= max(abs_ms, min_impact x budget),
+//              min_op = the smallest time of the same op over all workers in the step;
+//   explained: a compute-slow worker (individual or structural, see classify.h) lies on
+//              the partner side in the same dp replica: for forward-recv and backward-send
+//              the lower pp ranks, for forward-send and backward-recv the higher ones. A
+//              pipeline schedule propagates a slow stage's delay through every stage
+//              between, so the nearest slow worker on that side is blamed;
+//   otherwise the neighbour on the other end of the transfer decides: its counterpart op
+//   abnormal too -> the link between the two; normal -> this worker's send side (send
+//   ops) or receive side (recv ops). A worker whose every recorded p2p op is abnormal and
+//   unexplained -> its node's network, in place of the per-op findings.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/attribute/classify.h"
+#include "core/attribute/worker_grid.h"
+
+namespace relax_straggler::core::attribute {
+
+enum class P2pCause : std::uint8_t { kExplained = 0, kLink = 1, kSendSide = 2, kRecvSide = 3, kNodeNetwork = 4 };
+const char* p2p_cause_name(P2pCause cause);
+
+struct P2pFinding {
+  std::int32_t worker = -1;  // where the abnormal time was measured
+  P2pOp op = P2pOp::kForwardSend;
+  double ms = 0.0;      // the worker's time for op
+  double ref_ms = 0.0;  // min_op
+  P2pCause cause = P2pCause::kExplained;
+  // kExplained: the nearest compute-slow worker on the partner side; kLink: the neighbour at
+  // the other end; kSendSide, kRecvSide, kNodeNetwork: the worker itself.
+  std::int32_t blamed_worker = -1;
+};
+
+struct P2pStepResult {
+  std::vector<std::uint8_t> abnormal;  // workers x kNumP2pOps: 1 = abnormal
+  std::vector<double> min_ms;          // kNumP2pOps: min_op, NaN when no worker ran the op
+  std::vector<P2pFinding> findings;    // one per abnormal (worker, op), except node-network merges
+};
+
+// Cross-validates one step. Returns no findings when step.p2p_ms is empty or pp < 2.
+// Throws std::invalid_argument when step.p2p_ms has the wrong size.
+P2pStepResult cross_validate_step(const GridShape& shape, const WorkerStep& step, const StepClassification& compute,
+                                  const AttributionConfig& config);
+
+}  // namespace relax_straggler::core::attribute

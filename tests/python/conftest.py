@@ -1,0 +1,51 @@
+"""Shared helpers: run the demo under torchrun on 127.0.0.1 and read its reports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "examples" / "train_gpt.py"
+# A model small enough that stage times stay near 1 ms. Four ranks (each with its Gloo
+# threads) share two cores here, so scheduling alone moves a stage or an all-reduce
+# wait by up to ~11 ms (a 200-step control run: p99 10 ms, max 11 ms, in backward and
+# communication). The noise floor sits above that and well below the excess of a
+# 30 ms injected delay (22.5 ms against the mean of 4 ranks).
+TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "2",
+        "--corpus-bytes", "200000", "--contend-rank", "-1", "--log-every", "1000",
+        "--straggler-noise-floor-ms", "15"]
+
+
+def torchrun(nproc: int, script: Path, args: list[str], timeout_s: float = 300.0) -> subprocess.CompletedProcess:
+    """Runs `script` on `nproc` Gloo ranks (torchrun --standalone picks a free port)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script), *args]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+@pytest.fixture
+def run_demo(tmp_path):
+    """run_demo(nproc, *extra_args) -> (reports, summary) of one demo run."""
+
+    def run(nproc: int, *extra: str) -> tuple[list[dict], dict]:
+        out = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        torchrun(nproc, DEMO, [*TINY, "--straggler-analysis", "--output", str(out), *extra])
+        reports = read_jsonl(out / "straggler.jsonl")
+        with open(out / "summary.json") as fh:
+            return reports, json.load(fh)
+
+    return run
