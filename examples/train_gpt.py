@@ -18,14 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
-import subprocess
 import sys
-import sysconfig
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -33,143 +28,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import relax_straggler
+from relax_straggler.demo import GPT, Batches, Contender, GPTConfig, inject_delays, load_corpus, parse_delays
 
 log = logging.getLogger("train_gpt")
 
 
-# --- data ------------------------------------------------------------------------------
-def load_corpus(max_bytes: int) -> torch.Tensor:
-    """Bytes of the standard library's top-level .py files, in sorted order (uint8 tensor)."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    chunks, total = [], 0
-    for path in sorted(stdlib.glob("*.py")):
-        data = path.read_bytes()
-        chunks.append(data)
-        total += len(data)
-        if total >= max_bytes:
-            break
-    if total == 0:
-        raise RuntimeError(f"no .py files found under {stdlib}")
-    return torch.frombuffer(bytearray(b"".join(chunks)[:max_bytes]), dtype=torch.uint8).long()
-
-
-class Batches:
-    """Random windows of the corpus; the order depends only on (seed, rank)."""
-
-    def __init__(self, corpus: torch.Tensor, batch_size: int, seq_len: int, seed: int, rank: int) -> None:
-        self.corpus, self.batch_size, self.seq_len = corpus, batch_size, seq_len
-        self.gen = torch.Generator().manual_seed(seed * 1000 + rank)
-
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.randint(0, len(self.corpus) - self.seq_len - 1, (self.batch_size,), generator=self.gen)
-        idx = starts[:, None] + torch.arange(self.seq_len + 1)
-        window = self.corpus[idx]
-        return window[:, :-1], window[:, 1:]
-
-
-# --- model -----------------------------------------------------------------------------
-@dataclass
-class GPTConfig:
-    vocab: int = 256
-    seq_len: int = 128
-    d_model: int = 128
-    heads: int = 4
-    layers: int = 4
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.heads = c.heads
-        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
-        self.proj = nn.Linear(c.d_model, c.d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
-
-
-class Block(nn.Module):
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(c.d_model), nn.LayerNorm(c.d_model)
-        self.attn = CausalSelfAttention(c)
-        self.mlp = nn.Sequential(nn.Linear(c.d_model, 4 * c.d_model), nn.GELU(), nn.Linear(4 * c.d_model, c.d_model))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, c: GPTConfig) -> None:
-        super().__init__()
-        self.tok = nn.Embedding(c.vocab, c.d_model)
-        self.pos = nn.Parameter(torch.zeros(1, c.seq_len, c.d_model))
-        self.blocks = nn.Sequential(*[Block(c) for _ in range(c.layers)])
-        self.ln = nn.LayerNorm(c.d_model)
-        self.head = nn.Linear(c.d_model, c.vocab, bias=False)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx) + self.pos[:, : idx.shape[1]]
-        return self.head(self.ln(self.blocks(x)))
-
-
-# --- stragglers on purpose -------------------------------------------------------------
-def parse_delays(specs: list[str], world: int) -> list[tuple[int, str, float]]:
-    """RANK:STAGE:MS triples; raises argparse-style SystemExit on a bad spec."""
-    out = []
-    for spec in specs:
-        try:
-            rank_s, stage, ms_s = spec.split(":")
-            rank, ms = int(rank_s), float(ms_s)
-        except ValueError:
-            raise SystemExit(f"--inject-delay {spec!r}: expected RANK:STAGE:MS, e.g. 1:forward:30")
-        if stage not in ("forward", "backward", "optimizer", "data"):
-            raise SystemExit(f"--inject-delay {spec!r}: STAGE must be forward, backward, optimizer or data")
-        if not 0 <= rank < world or not (math.isfinite(ms) and ms >= 0):
-            raise SystemExit(f"--inject-delay {spec!r}: RANK must be in [0, {world}) and MS >= 0")
-        out.append((rank, stage, ms))
-    return out
-
-
-def inject_delays(delays: dict[str, float], model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Sleeps inside forward / backward / optimizer. Registered after install(), so these
-    hooks run after the analyzer's and the sleep falls inside the timed stage."""
-    if "forward" in delays:
-        model.register_forward_pre_hook(lambda m, i: time.sleep(delays["forward"]))
-    if "backward" in delays:
-        def arm(m, i, out):
-            if out.requires_grad:
-                out.register_hook(lambda g: time.sleep(delays["backward"]))
-        model.register_forward_hook(arm)
-    if "optimizer" in delays:
-        optimizer.register_step_pre_hook(lambda o, a, k: time.sleep(delays["optimizer"]))
-
-
-class Contender:
-    """A busy-looping process pinned to one core: real CPU contention for that rank."""
-
-    def __init__(self, core: int) -> None:
-        self.core = core
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        os.sched_setaffinity(self.proc.pid, {self.core})
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
-# --- training --------------------------------------------------------------------------
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=240)
     p.add_argument("--batch-size", type=int, default=8)
@@ -186,11 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output", type=str, default="runs/demo")
     p.add_argument("--log-every", type=int, default=20)
     relax_straggler.add_arguments(p)
-    return p.parse_args(argv)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     distributed = "RANK" in os.environ
     if distributed:
@@ -202,14 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
 
-    delays = {stage: ms / 1e3 for r, stage, ms in parse_delays(args.inject_delay, world) if r == rank}
-    first, last = (int(x) for x in args.contend_steps.split(":"))
+    try:
+        delays = {stage: ms / 1e3 for r, stage, ms in parse_delays(args.inject_delay, world) if r == rank}
+        first, last = (int(x) for x in args.contend_steps.split(":"))
+        config = relax_straggler.from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     gpt = GPT(GPTConfig(seq_len=args.seq_len, d_model=args.d_model, heads=args.heads, layers=args.layers))
     model = nn.parallel.DistributedDataParallel(gpt) if distributed else gpt
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
 
-    config = relax_straggler.from_args(args)
     if config.enabled and config.jsonl_path is None:
         config = config.replace(jsonl_path=os.path.join(args.output, "straggler.jsonl"))
     analyzer = relax_straggler.install(model, optimizer, config=config)

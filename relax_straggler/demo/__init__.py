@@ -1,0 +1,8 @@
+"""A small, real training workload shared by the demo, the parity check and the benchmarks:
+a character-level GPT, a corpus every machine has, and ways to make one rank slow."""
+
+from relax_straggler.demo.data import Batches, load_corpus
+from relax_straggler.demo.faults import Contender, inject_delays, parse_delays
+from relax_straggler.demo.gpt import GPT, GPTConfig
+
+__all__ = ["GPT", "GPTConfig", "Batches", "Contender", "inject_delays", "load_corpus", "parse_delays"]

@@ -1,0 +1,60 @@
+"""Stragglers on purpose: deterministic delays inside a stage, and real CPU contention."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def parse_delays(specs: list[str], world: int) -> list[tuple[int, str, float]]:
+    """Parses --inject-delay RANK:STAGE:MS specs. Raises ValueError naming the bad spec."""
+    out = []
+    for spec in specs:
+        try:
+            rank_s, stage, ms_s = spec.split(":")
+            rank, ms = int(rank_s), float(ms_s)
+        except ValueError:
+            raise ValueError(f"--inject-delay {spec!r}: expected RANK:STAGE:MS, e.g. 1:forward:30") from None
+        if stage not in ("forward", "backward", "optimizer", "data"):
+            raise ValueError(f"--inject-delay {spec!r}: STAGE must be forward, backward, optimizer or data")
+        if not 0 <= rank < world or not (math.isfinite(ms) and ms >= 0):
+            raise ValueError(f"--inject-delay {spec!r}: RANK must be in [0, {world}) and MS >= 0")
+        out.append((rank, stage, ms))
+    return out
+
+
+def inject_delays(delays: dict[str, float], model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Sleeps inside forward / backward / optimizer. Registered after install(), so these
+    hooks run after the analyzer's and the sleep falls inside the timed stage."""
+    if "forward" in delays:
+        model.register_forward_pre_hook(lambda m, i: time.sleep(delays["forward"]))
+    if "backward" in delays:
+        def arm(m, i, out):
+            if out.requires_grad:
+                out.register_hook(lambda g: time.sleep(delays["backward"]))
+        model.register_forward_hook(arm)
+    if "optimizer" in delays:
+        optimizer.register_step_pre_hook(lambda o, a, k: time.sleep(delays["optimizer"]))
+
+
+class Contender:
+    """A busy-looping process pinned to one core: real CPU contention for that rank."""
+
+    def __init__(self, core: int) -> None:
+        self.core = core
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.sched_setaffinity(self.proc.pid, {self.core})
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
