@@ -28,8 +28,10 @@ def _extension():
     kwargs = dict(
         name="relax_straggler._C",
         sources=_sources(with_cuda),
-        include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "torch")],
-        extra_compile_args={"cxx": ["-O3", "-Wall", "-Wextra"]},
+        include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "torch"), "/usr/include/eigen3"],
+        # torch's headers as system headers: -Wall -Wextra then report our code only.
+        extra_compile_args={"cxx": ["-O3", "-Wall", "-Wextra"]
+                            + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
     )
     if with_cuda:
         kwargs["define_macros"] = [("WITH_CUDA", None)]
@@ -44,7 +46,9 @@ setup(
     packages=find_packages(include=["relax_straggler", "relax_straggler.*"]),
     python_requires=">=3.10",
     install_requires=["torch>=2.4", "numpy"],
-    ext_modules=[_extension()],
+    # RELAX_STRAGGLER_NO_EXT=1: install the package (editable) around an extension that
+    # `setup.py build_ext --inplace` builds and rebuilds incrementally (make build).
+    ext_modules=[] if os.environ.get("RELAX_STRAGGLER_NO_EXT") else [_extension()],
     entry_points={"console_scripts": ["relax-straggler=relax_straggler.cli:main"]},
     cmdclass={"build_ext": cpp_extension.BuildExtension},
 )

@@ -75,7 +75,7 @@ class SideGroupGather:
             raise ValueError(f"--straggler-metrics-rank {metrics_rank} is not a rank of the analyzed group "
                              f"(size {len(ranks)})")
         self._ranks = list(ranks)
-        self._group = dist.new_group(ranks=self._ranks, backend="gloo")
+        self.group = dist.new_group(ranks=self._ranks, backend="gloo")
         me = dist.get_rank()
         self.rank = self._ranks.index(me) if me in self._ranks else -1
         self.world_size = len(self._ranks)
@@ -91,7 +91,7 @@ class SideGroupGather:
             return None  # this process is not in the analyzed group
         send = torch.from_numpy(row.astype(np.float64, copy=True))
         buffers = [torch.empty(ROW_LEN, dtype=torch.float64) for _ in range(self.world_size)] if self.is_metrics_rank else None
-        work = dist.gather(send, gather_list=buffers, dst=self._dst, group=self._group, async_op=True)
+        work = dist.gather(send, gather_list=buffers, dst=self._dst, group=self.group, async_op=True)
         if self.is_metrics_rank:
             return _InFlight(work, buffers)
         self._track(work)
@@ -112,6 +112,6 @@ class SideGroupGather:
         for work in self._pending:
             work.wait()
         self._pending.clear()
-        if self._group is not None and self.rank >= 0:
-            dist.destroy_process_group(self._group)
-        self._group = None
+        if self.group is not None and self.rank >= 0:
+            dist.destroy_process_group(self.group)
+        self.group = None

@@ -20,10 +20,11 @@ import torch.distributed as dist
 
 from relax_straggler._ext import ext
 from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
+from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.module_stages import ModuleStageHooks
-from relax_straggler.payload import pack, unpack
+from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, build_report
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 
@@ -74,9 +75,12 @@ class Analyzer:
         self._tokens = math.nan
         self._lock = threading.Lock()
 
+        self._collectives: Optional[CollectiveLayer] = None
         if dist.is_available() and dist.is_initialized():
             ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
             self._gather: Union[SideGroupGather, LocalGather] = SideGroupGather(ranks, config.metrics_rank)
+            if config.collective_timing:
+                self._collectives = CollectiveLayer(self._timer, ranks, exclude=[self._gather.group])
         else:
             if config.metrics_rank != 0:
                 raise ValueError(f"--straggler-metrics-rank {config.metrics_rank}: a single process has only rank 0")
@@ -98,9 +102,13 @@ class Analyzer:
                 sinks.append(ConsoleSink())
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size)
 
-        time_grad_sync = any(isinstance(m, torch.nn.parallel.DistributedDataParallel) for m in models)
+        # Without the collective layer, the DDP gradient-sync wait after backward is the
+        # communication stage; with it, the collectives themselves are.
+        time_grad_sync = self._collectives is None and any(
+            isinstance(m, torch.nn.parallel.DistributedDataParallel) for m in models)
         self._hooks = TrainingHooks(self._timer, models, optimizer, self.step, time_grad_sync)
-        self._module_hooks = ModuleStageHooks(self._timer, models) if config.enable_module_stages else None
+        self._module_hooks = (ModuleStageHooks(self._timer, models, patterns=config.module_patterns())
+                              if config.enable_module_stages else None)
         self._timer.begin_step(self._step)
 
     # public API ------------------------------------------------------------------------
@@ -137,6 +145,8 @@ class Analyzer:
                                 exc_info=True)
             self._step += 1
             self._tokens = math.nan
+            if self._collectives is not None:
+                self._collectives.poll()  # groups created during the step
             self._timer.begin_step(self._step)
 
     def summary(self) -> Optional[RunSummary]:
@@ -153,6 +163,7 @@ class Analyzer:
         return {
             "dropped_reports": self._pipeline.dropped_reports if self._pipeline else 0,
             "dropped_sections": self._timer.dropped_sections,
+            "dropped_collectives": self._timer.dropped_collectives,
             "unmatched_stops": self._timer.unmatched_stops,
             "open_at_step_end": self._timer.open_at_step_end,
             "gather_stalls": self._gather.stalls,
@@ -163,6 +174,8 @@ class Analyzer:
         Collective when distributed: every rank must call it."""
         global _ACTIVE
         self._hooks.remove()
+        if self._collectives is not None:
+            self._collectives.restore()
         if self._module_hooks is not None:
             self._module_hooks.remove()
         self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
@@ -176,7 +189,7 @@ class Analyzer:
 
     # internals -------------------------------------------------------------------------
     def _publish(self, sample: Any) -> None:
-        row = pack(sample.step, self._tokens, self._gather.rank, sample.device_ms, sample.host_ms, sample.calls)
+        row = row_from_sample(sample, self._tokens, self._gather.rank)
         pending = self._gather.gather(row)
         if pending is not None and self._pipeline is not None:
             self._pipeline.submit(pending, sample.step)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -32,6 +33,9 @@ class StragglerConfig:
     queue_size: int = 64  # reports waiting for the sinks; beyond it reports are dropped and counted
     max_events: int = 4096  # event-pool slots per step (two per timed section)
     device_events: str = "auto"  # "auto" (CUDA events when CUDA is in use), "cuda" or "cpu"
+    collective_timing: bool = True  # wrap process-group backends to time every collective
+    attention_pattern: str = r"(Attention|Attn)$"  # module class names timed as `attention`
+    moe_pattern: str = r"(MoELayer|MoE|SparseMoeBlock|SparseMoE|Experts)$"  # ... as `moe`
 
     def __post_init__(self) -> None:
         def bad(flag: str, why: str, value: object) -> ValueError:
@@ -57,6 +61,15 @@ class StragglerConfig:
             raise bad("max-events", "must be an integer >= 2", self.max_events)
         if self.device_events not in ("auto", "cuda", "cpu"):
             raise bad("device-events", "must be 'auto', 'cuda' or 'cpu'", self.device_events)
+        for flag, pattern in (("attention-pattern", self.attention_pattern), ("moe-pattern", self.moe_pattern)):
+            try:
+                re.compile(pattern)
+            except (re.error, TypeError) as exc:
+                raise bad(flag, f"must be a regular expression ({exc})", pattern) from None
+
+    def module_patterns(self) -> dict[str, str]:
+        """{module stage: class-name regex} for ModuleStageHooks."""
+        return {"attention": self.attention_pattern, "moe": self.moe_pattern}
 
     def replace(self, **changes: object) -> "StragglerConfig":
         return dataclasses.replace(self, **changes)
@@ -98,6 +111,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
                    help="Timing events per step (two per section).")
     g.add_argument("--straggler-device-events", type=str, default=d.device_events,
                    help="auto, cuda or cpu timing events.")
+    g.add_argument("--straggler-attention-pattern", type=str, default=d.attention_pattern,
+                   help="Regex on module class names timed as the attention stage (with module stages).")
+    g.add_argument("--straggler-moe-pattern", type=str, default=d.moe_pattern,
+                   help="Regex on module class names timed as the moe stage (with module stages).")
+    g.add_argument("--straggler-no-collective-timing", dest="straggler_collective_timing", action="store_false",
+                   help="Do not wrap process-group backends (collectives are then not timed one by one).")
     return g
 
 
@@ -118,4 +137,7 @@ def from_args(args: argparse.Namespace) -> StragglerConfig:
         queue_size=args.straggler_queue_size,
         max_events=args.straggler_max_events,
         device_events=args.straggler_device_events,
+        collective_timing=args.straggler_collective_timing,
+        attention_pattern=args.straggler_attention_pattern,
+        moe_pattern=args.straggler_moe_pattern,
     )

@@ -1,43 +1,58 @@
 """The fixed-shape per-rank payload gathered on every sampled step.
 
-One float64 row per rank: [step, tokens, rank] followed by (device_ms, host_ms, calls)
-for every stage in STAGES order. NaN marks "not measured" (no tokens given, stage not
-run). Fixed size means one tensor gather, no pickling (Megatron Timers do the same).
+One float64 row per rank:
+  [step, tokens, rank, comparable_count]
+  (device_ms, host_ms, waited_ms, calls) for every stage in STAGES order
+  comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
+  spanning every analyzed rank, in issue order (late-arrival evidence)
+NaN marks "not measured" (no tokens given, stage not run, unused slot). Fixed size
+means one tensor gather and no pickling (Megatron Timers do the same).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from relax_straggler.stages import STAGES
 
-HEADER = ("step", "tokens", "rank")
-FIELDS = ("device_ms", "host_ms", "calls")
-ROW_LEN = len(HEADER) + len(FIELDS) * len(STAGES)
+HEADER = ("step", "tokens", "rank", "comparable_count")
+FIELDS = ("device_ms", "host_ms", "waited_ms", "calls")
+MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
+_BODY = len(FIELDS) * len(STAGES)
+ROW_LEN = len(HEADER) + _BODY + MAX_COMPARABLE
 
 
-def pack(step: int, tokens: float, rank: int, device_ms, host_ms, calls) -> np.ndarray:
-    """One rank's row. device_ms / host_ms / calls: sequences of len(STAGES)."""
-    row = np.empty(ROW_LEN, dtype=np.float64)
-    row[0:3] = (step, tokens, rank)
-    body = row[3:].reshape(len(STAGES), len(FIELDS))
+def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
+         waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = ()) -> np.ndarray:
+    """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run)."""
+    row = np.full(ROW_LEN, np.nan, dtype=np.float64)
+    comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
+    row[0:4] = (step, tokens, rank, len(comparable))
+    body = row[4:4 + _BODY].reshape(len(STAGES), len(FIELDS))
     body[:, 0] = device_ms
     body[:, 1] = host_ms
-    body[:, 2] = calls
+    body[:, 2] = waited_ms
+    body[:, 3] = calls
+    row[4 + _BODY:4 + _BODY + len(comparable)] = comparable
     return row
 
 
 @dataclass(frozen=True)
 class Gathered:
-    """All ranks' rows of one sampled step, unpacked. Arrays are (ranks,) or (ranks, stages)."""
+    """All ranks' rows of one sampled step, unpacked: (ranks,) or (ranks, stages) arrays,
+    comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank."""
 
     steps: np.ndarray
     tokens: np.ndarray
     device_ms: np.ndarray
     host_ms: np.ndarray
+    waited_ms: np.ndarray
     calls: np.ndarray
+    comparable_count: np.ndarray
+    comparable_ms: np.ndarray
 
     @property
     def num_ranks(self) -> int:
@@ -49,11 +64,37 @@ def unpack(rows: np.ndarray) -> Gathered:
     rows = np.asarray(rows, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[1] != ROW_LEN:
         raise ValueError(f"payload rows must have shape (ranks, {ROW_LEN}), got {rows.shape}")
-    body = rows[:, 3:].reshape(rows.shape[0], len(STAGES), len(FIELDS))
+    body = rows[:, 4:4 + _BODY].reshape(rows.shape[0], len(STAGES), len(FIELDS))
     return Gathered(
         steps=rows[:, 0].copy(),
         tokens=rows[:, 1].copy(),
         device_ms=body[:, :, 0].copy(),
         host_ms=body[:, :, 1].copy(),
-        calls=body[:, :, 2].copy(),
+        waited_ms=body[:, :, 2].copy(),
+        calls=body[:, :, 3].copy(),
+        comparable_count=rows[:, 3].astype(np.int64),
+        comparable_ms=rows[:, 4 + _BODY:].copy(),
     )
+
+
+def row_from_sample(sample, tokens: float, rank: int) -> np.ndarray:
+    """Packs a StageTimer StepSample. When the collective layer timed collectives, the
+    communication stages come from them: `communication` is the wall time with a
+    collective in flight and `communication/<op>` the summed durations per op."""
+    from relax_straggler.stages import COMMUNICATION_OPS, stage_id
+
+    device = np.array(sample.device_ms, dtype=np.float64)
+    host = np.array(sample.host_ms, dtype=np.float64)
+    waited = np.array(sample.waited_ms, dtype=np.float64)
+    calls = np.array(sample.calls, dtype=np.float64)
+    op_calls = sample.comm_op_calls
+    if sum(op_calls) > 0:
+        ops = [("communication", sample.comm_total_ms, sum(op_calls))]
+        ops += [(f"communication/{op}", sample.comm_op_ms[i], op_calls[i])
+                for i, op in enumerate(COMMUNICATION_OPS) if op_calls[i] > 0]
+        for name, ms, n in ops:
+            sid = stage_id(name)
+            device[sid] = host[sid] = ms
+            waited[sid] = 0.0
+            calls[sid] = n
+    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms)

@@ -10,6 +10,10 @@ Metric names (RFC #334, all under ``straggler/``; these never change meaning):
   {stage}/relative_score  the top rank's score, 0..1, lower is slower
   {stage}/top_rank        compute: slowest rank; communication: the rank that arrived last
   {stage}/num_stragglers  ranks flagged in the stage
+  communication/blamed_rank    the rank that arrived last in most comparable collectives
+  communication/wait_ms        mean over ranks of the time each waited for the last arriver
+  communication/late_arrivals  collectives in which blamed_rank arrived last
+  communication/collectives    collectives compared across ranks this step
   likely_bottleneck       stage name, or "none"
   hints                   one readable line
   num_stragglers          distinct ranks flagged in any stage
@@ -28,7 +32,7 @@ import numpy as np
 from relax_straggler._ext import ext
 from relax_straggler.config import StragglerConfig
 from relax_straggler.payload import Gathered
-from relax_straggler.stages import STAGES, WORKLOAD_STAGES
+from relax_straggler.stages import STAGES, WORKLOAD_STAGES, is_communication
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,7 @@ class Report:
     top_ranks: dict[str, int]  # stage -> top rank
     hints: str
     metrics: dict[str, Any] = field(default_factory=dict)
+    comm_wait_ms: Optional[np.ndarray] = None  # (ranks,) time each waited for late arrivals
 
     @property
     def num_ranks(self) -> int:
@@ -73,10 +78,43 @@ def normalize_workload(device_ms: np.ndarray, stages: tuple[str, ...], tokens: n
     return out
 
 
+@dataclass(frozen=True)
+class LateArrivals:
+    """Late-arrival evidence over the collectives comparable across ranks (invariant 7):
+    in each, the rank with the shortest duration arrived last and every other rank
+    waited (its duration - the shortest)."""
+
+    blamed_rank: int
+    late_counts: np.ndarray  # (ranks,) collectives in which each rank arrived last
+    wait_ms: np.ndarray  # (ranks,) summed waiting, ms
+    collectives: int
+
+
+def late_arrivals(gathered: Gathered, judged: np.ndarray) -> Optional[LateArrivals]:
+    """None unless every judged rank (a row not all NaN in `judged`) reported the same
+    number (> 0) of comparable collectives: only then are they the same collectives."""
+    ok = ~np.all(np.isnan(judged), axis=1)
+    counts = gathered.comparable_count[ok]
+    if counts.size < 2 or counts.min() != counts.max() or counts[0] == 0:
+        return None
+    n = int(counts[0])
+    durations = gathered.comparable_ms[ok, :n]
+    late = np.argmin(durations, axis=0)  # per collective, the last arriver
+    late_counts = np.zeros(gathered.num_ranks, dtype=np.int64)
+    wait_ms = np.full(gathered.num_ranks, np.nan)
+    ranks = np.flatnonzero(ok)
+    np.add.at(late_counts, ranks[late], 1)
+    wait_ms[ranks] = (durations - durations.min(axis=0)).sum(axis=1)
+    return LateArrivals(int(np.argmax(late_counts)), late_counts, wait_ms, n)
+
+
 def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,
                  counters: dict[str, int]) -> Report:
     """Judges one step's gathered rows. counters: loss counters to publish with it."""
-    device_ms = gathered.device_ms.copy()
+    # Compute stages are judged on compute time: the part of a section spent blocked
+    # on a collective is taken out (invariant 8).
+    compute = np.array([not is_communication(s) for s in STAGES])
+    device_ms = gathered.device_ms - np.where(compute, np.nan_to_num(gathered.waited_ms), 0.0)
     mismatched = gathered.steps != step
     if mismatched.any():
         # A rank whose step counter drifted (e.g. a skipped optimizer step) is not
@@ -115,6 +153,12 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     metrics["straggler/hints"] = verdict.hints
     metrics["straggler/num_stragglers"] = verdict.num_stragglers
     metrics["straggler/mismatched_ranks"] = int(mismatched.sum())
+    late = late_arrivals(gathered, device_ms)
+    if late is not None:
+        metrics["straggler/communication/blamed_rank"] = late.blamed_rank
+        metrics["straggler/communication/wait_ms"] = float(np.nanmean(late.wait_ms))
+        metrics["straggler/communication/late_arrivals"] = int(late.late_counts[late.blamed_rank])
+        metrics["straggler/communication/collectives"] = late.collectives
     for name, value in counters.items():
         metrics[f"straggler/{name}"] = value
 
@@ -129,4 +173,5 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         top_ranks=top_ranks,
         hints=verdict.hints,
         metrics=metrics,
+        comm_wait_ms=None if late is None else late.wait_ms,
     )

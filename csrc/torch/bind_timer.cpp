@@ -33,7 +33,26 @@ void bind_timer(py::module_& m) {
       .def_readonly("sampled", &StepSample::sampled)
       .def_readonly("device_ms", &StepSample::device_ms)
       .def_readonly("host_ms", &StepSample::host_ms)
-      .def_readonly("calls", &StepSample::calls);
+      .def_readonly("waited_ms", &StepSample::waited_ms)
+      .def_readonly("calls", &StepSample::calls)
+      .def_readonly("comm_op_ms", &StepSample::comm_op_ms)
+      .def_readonly("comm_op_calls", &StepSample::comm_op_calls)
+      .def_readonly("comm_op_bytes", &StepSample::comm_op_bytes)
+      .def_readonly("comm_total_ms", &StepSample::comm_total_ms)
+      .def_readonly("wait_total_ms", &StepSample::wait_total_ms)
+      .def_readonly("comparable_ms", &StepSample::comparable_ms)
+      .def_readonly("comm_incomplete", &StepSample::comm_incomplete);
+
+  py::enum_<CommOp>(m, "CommOp", "Collective kinds; the first seven are the communication/<op> stages.")
+      .value("ALLREDUCE", CommOp::kAllreduce)
+      .value("REDUCE_SCATTER", CommOp::kReduceScatter)
+      .value("ALLGATHER", CommOp::kAllgather)
+      .value("BROADCAST", CommOp::kBroadcast)
+      .value("ALLTOALL", CommOp::kAlltoall)
+      .value("SEND", CommOp::kSend)
+      .value("RECV", CommOp::kRecv)
+      .value("OTHER", CommOp::kOther);
+  m.attr("MAX_COMPARABLE_COLLECTIVES") = kMaxComparableCollectives;
 
   py::class_<Section>(m, "Section")
       .def("__enter__", [](Section& s) { s.enter(); return &s; }, py::return_value_policy::reference)
@@ -48,6 +67,10 @@ void bind_timer(py::module_& m) {
       .def("start", &StageTimer::start, py::arg("stage"))
       .def("stop", &StageTimer::stop, py::arg("stage"))
       .def("end_step", &StageTimer::end_step)
+      .def("comm_begin", &StageTimer::comm_begin, py::arg("op"), py::arg("comparable"), py::arg("bytes") = 0)
+      .def("comm_end", &StageTimer::comm_end, py::arg("token"), py::arg("blocking") = false)
+      .def("wait_begin", &StageTimer::wait_begin)
+      .def("wait_end", &StageTimer::wait_end, py::arg("token"))
       .def("section",
            [](const std::shared_ptr<StageTimer>& t, int stage) {
              if (stage < 0 || stage >= t->num_stages()) throw py::index_error("stage id out of range");
@@ -61,6 +84,7 @@ void bind_timer(py::module_& m) {
       .def_property_readonly("read_points", &StageTimer::read_points)
       .def_property_readonly("events_recorded", &StageTimer::events_recorded)
       .def_property_readonly("dropped_sections", &StageTimer::dropped_sections)
+      .def_property_readonly("dropped_collectives", &StageTimer::dropped_collectives)
       .def_property_readonly("unmatched_stops", &StageTimer::unmatched_stops)
       .def_property_readonly("open_at_step_end", &StageTimer::open_at_step_end);
 }

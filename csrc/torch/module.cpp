@@ -11,4 +11,8 @@ PYBIND11_MODULE(_C, m) {
 #endif
   relax_straggler::torch_ext::bind_core(m);
   relax_straggler::torch_ext::bind_timer(m);
+  relax_straggler::torch_ext::bind_comm(m);
+  relax_straggler::torch_ext::bind_detect(m);
+  relax_straggler::torch_ext::bind_attribute(m);
+  relax_straggler::torch_ext::bind_ingest(m);
 }

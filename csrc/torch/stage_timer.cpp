@@ -1,13 +1,17 @@
 #include "stage_timer.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
+
+#include "core/intervals.h"
 
 namespace relax_straggler::torch_ext {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr std::size_t kNoSlot = static_cast<std::size_t>(-1);
+using core::Interval;
 }  // namespace
 
 StageTimer::StageTimer(int num_stages, std::int64_t interval, std::int64_t warmup_steps, std::size_t max_events,
@@ -33,7 +37,7 @@ StageTimer::StageTimer(int num_stages, std::int64_t interval, std::int64_t warmu
   host_ms_.assign(n, 0.0);
   calls_.assign(n, 0);
   lost_.assign(n, false);
-  pairs_.reserve(max_events / 2);
+  sections_.reserve(max_events / 2);
 }
 
 void StageTimer::check_stage(int stage) const {
@@ -44,14 +48,40 @@ void StageTimer::check_stage(int stage) const {
 }
 
 void StageTimer::reset_step_state() {
+  ++generation_;
   next_slot_ = 0;
-  open_sections_ = 0;
-  pairs_.clear();
+  sections_.clear();
+  comms_.clear();
+  waits_.clear();
   std::fill(depth_.begin(), depth_.end(), 0);
   std::fill(open_slot_.begin(), open_slot_.end(), kNoSlot);
   std::fill(host_ms_.begin(), host_ms_.end(), 0.0);
   std::fill(calls_.begin(), calls_.end(), 0);
   std::fill(lost_.begin(), lost_.end(), false);
+}
+
+bool StageTimer::reserve_pair(std::size_t& start_slot) {
+  if (next_slot_ + 2 > pool_->capacity()) return false;
+  start_slot = next_slot_;
+  next_slot_ += 2;  // the end slot is held until the pair ends
+  return true;
+}
+
+void StageTimer::record(std::size_t slot) {
+  pool_->record(slot);
+  ++events_recorded_;
+}
+
+std::int64_t StageTimer::token_of(std::size_t index) const {
+  return static_cast<std::int64_t>((static_cast<std::uint64_t>(generation_) << 32) | index);
+}
+
+StageTimer::Pair* StageTimer::pair_of(std::vector<Pair>& pairs, std::int64_t token) {
+  if (token < 0) return nullptr;
+  const auto t = static_cast<std::uint64_t>(token);
+  const auto index = static_cast<std::size_t>(t & 0xffffffffu);
+  if ((t >> 32) != generation_ || index >= pairs.size() || pairs[index].ended) return nullptr;
+  return &pairs[index];
 }
 
 bool StageTimer::begin_step(std::int64_t step) {
@@ -69,19 +99,15 @@ void StageTimer::start(int stage) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto s = static_cast<std::size_t>(stage);
   if (depth_[s]++ > 0) return;  // nested re-entry: the outermost section times it
-  // Two slots for this section plus one end slot held for every section still open.
-  if (next_slot_ + open_sections_ + 2 > pool_->capacity()) {
-    // No room for this section's two events: lose it, and say so at read time.
-    lost_[s] = true;
+  std::size_t slot = kNoSlot;
+  if (!reserve_pair(slot)) {
+    lost_[s] = true;  // said at read time: the stage has no true total this step
     ++dropped_sections_;
-    open_slot_[s] = kNoSlot;
-    return;
+  } else {
+    host_start_ns_[s] = HostEventPool::now_ns();
+    record(slot);
   }
-  open_slot_[s] = next_slot_++;
-  ++open_sections_;
-  host_start_ns_[s] = HostEventPool::now_ns();
-  pool_->record(open_slot_[s]);
-  ++events_recorded_;
+  open_slot_[s] = slot;
 }
 
 void StageTimer::stop(int stage) {
@@ -93,17 +119,58 @@ void StageTimer::stop(int stage) {
     ++unmatched_stops_;
     return;
   }
-  if (--depth_[s] > 0) return;
-  if (open_slot_[s] == kNoSlot) return;  // its start was dropped
-  const std::size_t end_slot = next_slot_++;  // held for it since start()
-  --open_sections_;
-  pool_->record(end_slot);
-  ++events_recorded_;
+  if (--depth_[s] > 0 || open_slot_[s] == kNoSlot) return;
+  record(open_slot_[s] + 1);
   host_ms_[s] += static_cast<double>(HostEventPool::now_ns() - host_start_ns_[s]) * 1e-6;
   ++calls_[s];
-  pairs_.push_back(Pair{stage, open_slot_[s], end_slot});
+  sections_.push_back(Pair{stage, open_slot_[s], open_slot_[s] + 1, true, false, 0});
   open_slot_[s] = kNoSlot;
 }
+
+std::int64_t StageTimer::comm_begin(CommOp op, bool comparable, std::int64_t bytes) {
+  if (!sampled_.load(std::memory_order_relaxed)) return -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t slot = kNoSlot;
+  if (!reserve_pair(slot)) {
+    ++dropped_collectives_;
+    return -1;
+  }
+  record(slot);
+  comms_.push_back(Pair{static_cast<int>(op), slot, slot + 1, false, comparable, bytes});
+  return token_of(comms_.size() - 1);
+}
+
+void StageTimer::comm_end(std::int64_t token, bool blocking) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Pair* p = pair_of(comms_, token);
+  if (p == nullptr) return;  // not recorded, already ended, or from an earlier step
+  record(p->end_slot);
+  p->ended = true;
+  if (blocking) waits_.push_back(Pair{-1, p->start_slot, p->end_slot, true, false, 0});
+}
+
+std::int64_t StageTimer::wait_begin() {
+  if (!sampled_.load(std::memory_order_relaxed)) return -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::size_t slot = kNoSlot;
+  if (!reserve_pair(slot)) {
+    ++dropped_collectives_;
+    return -1;
+  }
+  record(slot);
+  waits_.push_back(Pair{-1, slot, slot + 1, false, false, 0});
+  return token_of(waits_.size() - 1);
+}
+
+void StageTimer::wait_end(std::int64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Pair* p = pair_of(waits_, token);
+  if (p == nullptr) return;
+  record(p->end_slot);
+  p->ended = true;
+}
+
+double StageTimer::offset_ms(std::size_t slot) { return pool_->elapsed_ms(0, slot); }
 
 StepSample StageTimer::end_step() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -116,15 +183,50 @@ StepSample StageTimer::end_step() {
   pool_->synchronize();
   ++read_points_;
   const auto n = static_cast<std::size_t>(num_stages_);
+
+  std::vector<Interval> waits;
+  for (const Pair& w : waits_) {
+    if (w.ended) waits.push_back(Interval{offset_ms(w.start_slot), offset_ms(w.end_slot)});
+  }
+  out.wait_total_ms = core::union_ms(waits);
+  const std::vector<Interval> merged_waits = core::merge_intervals(std::move(waits));
+
   out.device_ms.assign(n, 0.0);
-  for (const Pair& p : pairs_) out.device_ms[static_cast<std::size_t>(p.stage)] += pool_->elapsed_ms(p.start_slot, p.end_slot);
+  out.waited_ms.assign(n, 0.0);
+  for (const Pair& p : sections_) {
+    const Interval x{offset_ms(p.start_slot), offset_ms(p.end_slot)};
+    const auto s = static_cast<std::size_t>(p.stage);
+    out.device_ms[s] += x.end_ms - x.begin_ms;
+    out.waited_ms[s] += core::covered_ms(x, merged_waits);
+  }
   out.host_ms = host_ms_;
   out.calls = calls_;
   for (std::size_t s = 0; s < n; ++s) {
-    // A stage still open at the step end or one with a lost section has no true total.
+    // A stage still open at the step end or one that lost a section has no true total.
     if (depth_[s] > 0) ++open_at_step_end_;
-    if (calls_[s] == 0 || depth_[s] > 0 || lost_[s]) out.device_ms[s] = out.host_ms[s] = kNaN;
+    if (calls_[s] == 0 || depth_[s] > 0 || lost_[s]) out.device_ms[s] = out.host_ms[s] = out.waited_ms[s] = kNaN;
   }
+
+  out.comm_op_ms.assign(kNumCommOps, 0.0);
+  out.comm_op_calls.assign(kNumCommOps, 0);
+  out.comm_op_bytes.assign(kNumCommOps, 0);
+  std::vector<Interval> comms;
+  for (const Pair& c : comms_) {  // issue order
+    if (!c.ended) {
+      ++out.comm_incomplete;
+      continue;
+    }
+    const Interval x{offset_ms(c.start_slot), offset_ms(c.end_slot)};
+    const auto op = static_cast<std::size_t>(c.stage);
+    out.comm_op_ms[op] += x.end_ms - x.begin_ms;
+    ++out.comm_op_calls[op];
+    out.comm_op_bytes[op] += c.bytes;
+    if (c.comparable && out.comparable_ms.size() < kMaxComparableCollectives) {
+      out.comparable_ms.push_back(x.end_ms - x.begin_ms);
+    }
+    comms.push_back(x);
+  }
+  out.comm_total_ms = core::union_ms(std::move(comms));
   reset_step_state();
   return out;
 }

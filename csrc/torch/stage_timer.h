@@ -1,42 +1,61 @@
-// Sampled per-stage timing for one rank (ARCHITECTURE.md invariants 2 and 3).
+// Sampled per-stage timing for one rank (ARCHITECTURE.md invariants 2, 3 and 8).
 //
 // begin_step(step) decides whether the step is sampled (step >= warmup_steps and
-// step % interval == 0). Only on sampled steps do start()/stop() record events, from a
-// pool of fixed size that is reused every sampled step; on other steps they return
-// after one relaxed atomic load. Sections nest: re-entering a stage that is already open
-// (recursion, nested modules) is counted once, by its outermost pair. The same stage
-// entered several times in a step (microbatches) accumulates. Nothing synchronizes
-// inside the step: end_step() is the single read point.
+// step % interval == 0). Only on sampled steps do the recording methods touch the event
+// pool, a fixed number of slots reused every sampled step; on other steps they return
+// after one relaxed atomic load. end_step() is the single read point of a step.
 //
-// Thread safety: start/stop may be called from autograd worker threads (backward
-// hooks on CUDA run there); a mutex guards the sampled-step state.
+// Three things are recorded, all as pairs of events on one timeline:
+//   sections     start(stage)/stop(stage). Re-entering an open stage is timed once, by
+//                the outermost pair; repeated entries (microbatches) accumulate.
+//   collectives  comm_begin()/comm_end() from the collective wrapper (TimedBackend);
+//                comm_end may come from a communication thread.
+//   waits        wait_begin()/wait_end(): the training thread blocked on a collective.
+//                The part of a section covered by waits is reported as waited_ms, so
+//                compute time = device_ms - waited_ms.
+//
+// Thread safety: every method may be called from any thread (backward hooks run on
+// autograd worker threads, completion callbacks on communication threads); a mutex
+// guards the sampled-step state and is never taken on non-sampled steps.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <vector>
 
+#include "comm_op.h"
 #include "event_pool.h"
 
 namespace relax_straggler::torch_ext {
 
-// What one rank measured in one sampled step, per stage (index = stage id).
+// What one rank measured in one sampled step. Stage vectors are indexed by stage id,
+// collective vectors by CommOp. Times in ms; NaN where a stage did not run or lost a
+// section to a full pool.
 struct StepSample {
   std::int64_t step = -1;
   bool sampled = false;
-  std::vector<double> device_ms;  // NaN where the stage did not run or a section was lost
-  std::vector<double> host_ms;    // host wall clock, same convention
-  std::vector<std::int64_t> calls;  // completed outermost sections per stage
+  std::vector<double> device_ms;
+  std::vector<double> host_ms;        // host wall clock, same convention
+  std::vector<double> waited_ms;      // part of device_ms spent blocked on collectives
+  std::vector<std::int64_t> calls;    // completed outermost sections per stage
+  std::vector<double> comm_op_ms;     // summed durations of completed collectives
+  std::vector<std::int64_t> comm_op_calls;
+  std::vector<std::int64_t> comm_op_bytes;  // summed input bytes
+  double comm_total_ms = 0.0;         // wall time with at least one collective in flight
+  double wait_total_ms = 0.0;         // wall time the training thread was blocked on one
+  // Durations of the first kMaxComparableCollectives completed collectives issued on
+  // groups spanning every analyzed rank, in issue order (comparable across ranks).
+  std::vector<double> comparable_ms;
+  std::int64_t comm_incomplete = 0;   // issued this step, not finished at its end
 };
 
 class StageTimer {
  public:
   // num_stages: stage ids are 0..num_stages-1. interval >= 1 and warmup_steps >= 0.
-  // max_events bounds the pool (two per section). use_cuda needs a WITH_CUDA build.
-  // Throws std::invalid_argument on bad arguments.
+  // max_events bounds the pool (two per section, collective or wait). use_cuda needs a
+  // WITH_CUDA build. Throws std::invalid_argument on bad arguments.
   StageTimer(int num_stages, std::int64_t interval, std::int64_t warmup_steps, std::size_t max_events, bool use_cuda);
 
   // Starts step `step`; returns whether it is sampled. Discards a step left open.
@@ -46,6 +65,15 @@ class StageTimer {
   void start(int stage);
   void stop(int stage);
 
+  // Returns a token for comm_end, or -1 when the step is not sampled or the pool is full.
+  // comparable: issued on a group that spans every analyzed rank; bytes: input size.
+  std::int64_t comm_begin(CommOp op, bool comparable, std::int64_t bytes);
+  // Marks the collective done. blocking: the caller was blocked for the whole
+  // collective (a synchronous call), so its interval is also a wait.
+  void comm_end(std::int64_t token, bool blocking = false);
+  std::int64_t wait_begin();
+  void wait_end(std::int64_t token);
+
   // Closes the current step and reads its events (one synchronize). A non-sampled step
   // returns a sample with sampled == false and reads nothing.
   StepSample end_step();
@@ -54,22 +82,31 @@ class StageTimer {
   std::int64_t interval() const { return interval_; }
   const char* device() const { return pool_->device(); }
 
-  // Counters for the overhead proof and for reporting every loss.
-  std::int64_t read_points() const { return read_points_; }         // end_step reads done
-  std::int64_t events_recorded() const { return events_recorded_; }  // lifetime
+  // Counters for the overhead proof and for reporting every loss (lifetime totals).
+  std::int64_t read_points() const { return read_points_; }
+  std::int64_t events_recorded() const { return events_recorded_; }
   std::int64_t dropped_sections() const { return dropped_sections_; }  // pool exhausted
-  std::int64_t unmatched_stops() const { return unmatched_stops_; }    // stop without start
-  std::int64_t open_at_step_end() const { return open_at_step_end_; }  // start without stop
+  std::int64_t dropped_collectives() const { return dropped_collectives_; }
+  std::int64_t unmatched_stops() const { return unmatched_stops_; }
+  std::int64_t open_at_step_end() const { return open_at_step_end_; }
 
  private:
   struct Pair {
-    int stage;
+    int stage;  // section stage, or the CommOp for collectives, -1 for waits
     std::size_t start_slot;
     std::size_t end_slot;
+    bool ended;
+    bool comparable;
+    std::int64_t bytes;
   };
 
   void check_stage(int stage) const;
   void reset_step_state();
+  bool reserve_pair(std::size_t& start_slot);  // both slots; false when the pool is full
+  std::int64_t token_of(std::size_t index) const;
+  Pair* pair_of(std::vector<Pair>& pairs, std::int64_t token);
+  void record(std::size_t slot);
+  double offset_ms(std::size_t slot);  // from the step's first event (valid in end_step)
 
   const int num_stages_;
   const std::int64_t interval_;
@@ -79,19 +116,22 @@ class StageTimer {
   std::atomic<bool> sampled_{false};
   std::mutex mu_;
   std::int64_t step_ = -1;
+  std::uint32_t generation_ = 0;  // tells a late comm_end/wait_end from an earlier step
   std::size_t next_slot_ = 0;
-  std::size_t open_sections_ = 0;  // sections holding an end slot
-  std::vector<int> depth_;                  // open nesting depth per stage
-  std::vector<std::size_t> open_slot_;      // start slot of the outermost open section
-  std::vector<std::int64_t> host_start_ns_;  // host start of the outermost open section
+  std::vector<int> depth_;                    // open nesting depth per stage
+  std::vector<std::size_t> open_slot_;        // start slot of the outermost open section
+  std::vector<std::int64_t> host_start_ns_;   // host start of the outermost open section
   std::vector<double> host_ms_;
   std::vector<std::int64_t> calls_;
-  std::vector<bool> lost_;                  // a section of this stage was dropped this step
-  std::vector<Pair> pairs_;
+  std::vector<bool> lost_;                    // a section of this stage was dropped
+  std::vector<Pair> sections_;
+  std::vector<Pair> comms_;
+  std::vector<Pair> waits_;
 
   std::int64_t read_points_ = 0;
   std::int64_t events_recorded_ = 0;
   std::int64_t dropped_sections_ = 0;
+  std::int64_t dropped_collectives_ = 0;
   std::int64_t unmatched_stops_ = 0;
   std::int64_t open_at_step_end_ = 0;
 };

@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ()
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch")
 
 
 def build_parser() -> argparse.ArgumentParser:

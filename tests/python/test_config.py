@@ -31,11 +31,14 @@ def test_round_trip_of_every_flag():
                         "--straggler-enable-module-stages", "--straggler-warmup-steps", "0",
                         "--straggler-noise-floor-ms", "0", "--straggler-metrics-rank", "1",
                         "--straggler-jsonl", "x.jsonl", "--straggler-console", "--straggler-queue-size", "4",
-                        "--straggler-max-events", "64", "--straggler-device-events", "cpu"))
+                        "--straggler-max-events", "64", "--straggler-device-events", "cpu",
+                        "--straggler-no-collective-timing", "--straggler-attention-pattern", "Attn$",
+                        "--straggler-moe-pattern", "Experts$"))
     assert c == StragglerConfig(enabled=True, interval=3, relative_threshold=1.5, absolute_ms_threshold=2.5,
                                 ref="median", enable_module_stages=True, warmup_steps=0, noise_floor_ms=0.0,
                                 metrics_rank=1, jsonl_path="x.jsonl", console=True, queue_size=4, max_events=64,
-                                device_events="cpu")
+                                device_events="cpu", collective_timing=False, attention_pattern="Attn$",
+                                moe_pattern="Experts$")
 
 
 def test_every_field_has_a_flag():
@@ -66,6 +69,7 @@ def test_bad_flags_raise_value_error_naming_the_flag(argv, flag):
     ("interval", 0), ("interval", 2.5), ("interval", True), ("relative_threshold", math.nan),
     ("relative_threshold", 0.9), ("absolute_ms_threshold", -1.0), ("ref", "p50"), ("warmup_steps", -1),
     ("metrics_rank", -1), ("queue_size", 0), ("max_events", 1), ("device_events", "tpu"),
+    ("attention_pattern", "(unclosed"), ("moe_pattern", None),
 ])
 def test_bad_fields_raise(field, value):
     with pytest.raises(ValueError, match="--straggler-" + field.replace("_", "-")):

@@ -3,6 +3,7 @@
 import logging
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -80,16 +81,18 @@ def test_every_stage_is_measured_and_backward_is_not_zero():
     model, opt = make()
     reports = []
     analyzer = relax_straggler.install(model, opt, config=config(), report_fn=lambda m, s: reports.append((s, m)))
-    train(model, opt, analyzer, 6)
+    train(model, opt, analyzer, 10)
     analyzer.uninstall()
-    assert [s for s, _ in reports] == list(range(6))
+    assert [s for s, _ in reports] == list(range(10))
     for _, m in reports:
         for stage in ("forward", "backward", "optimizer", "data"):
             assert m[f"straggler/{stage}/local_ms"] > 0, stage
-        # The backward boundary comes from the autograd engine, not a module hook that
-        # fires at the start of backward for integer inputs.
-        assert m["straggler/backward/local_ms"] > 0.05 * m["straggler/forward/local_ms"]
         assert "straggler/communication/local_ms" not in m  # not DDP: no gradient sync to time
+    # The backward boundary comes from the autograd engine, not a module hook that fires
+    # at the start of backward for integer inputs (which reads ~0 ms). Backward of this
+    # MLP costs about as much as its forward; medians after the first (warm-up) steps.
+    forward, backward = (np.median([m[f"straggler/{s}/local_ms"] for _, m in reports[2:]]) for s in ("forward", "backward"))
+    assert backward > 0.3 * forward
 
 
 def test_sampling_follows_interval_and_warmup():

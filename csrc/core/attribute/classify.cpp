@@ -70,7 +70,9 @@ StepClassification classify_step(const GridShape& shape, const WorkerStep& step,
     }
     if (shape.pp < 2) continue;
     column.clear();
-    for (std::int32_t p = 0; p < shape.pp; ++p) column.push_back(out.peer_ref_ms[static_cast<std::size_t>(p) * num_stages + s]);
+    for (std::int32_t p = 0; p < shape.pp; ++p) {
+      column.push_back(out.peer_ref_ms[static_cast<std::size_t>(p) * num_stages + s]);
+    }
     const double ref = nan_median(Values(column), scratch);
     for (std::int32_t p = 0; p < shape.pp; ++p) {
       const double ref_p = column[static_cast<std::size_t>(p)];

@@ -2,13 +2,21 @@
 //
 // A p2p duration includes waiting for the partner (invariant 7), so a long wait is a
 // symptom; the cause is found by asking the neighbours:
-//   abnormal:  t >= p2p_ratio x min_op  and  t - min_op >= max(abs_ms, min_impact x budget),
-//              min_op = the smallest time of the same op over all workers in the step;
-//   explained: a compute-slow worker (individual or structural, see classify.h) lies on
-//              the partner side in the same dp replica: for forward-recv and backward-send
-//              the lower pp ranks, for forward-send and backward-recv the higher ones. A
-//              pipeline schedule propagates a slow stage's delay through every stage
-//              between, so the nearest slow worker on that side is blamed;
+//   abnormal:  t >= p2p_ratio x ref  and  t - ref >= max(abs_ms, min_impact x budget), where
+//              ref = the median of the same op over the dp replicas of the worker's pipeline
+//              stage when dp >= 3, else the smallest time of the op over all workers (the
+//              first-value rule of the seed). The replica median is preferred because a
+//              straggler's own pipeline runs in another regime: downstream stages wait on
+//              it, so its sends are atypically short and a global minimum would make every
+//              healthy replica's sends look abnormal (the what-if AR trace shows this);
+//   explained: the worker itself or another worker of its dp replica is compute-slow
+//              (individual or structural, see classify.h). 1F1B couples every stage of a
+//              replica both ways (a slow stage delays its downstream through forward and its
+//              upstream through backward, and its own receives through the round trip), so
+//              the blamed worker is the worker itself if slow, else the nearest slow worker
+//              on the side the op waits for (lower pp ranks for forward-recv and
+//              backward-send, higher for forward-send and backward-recv), else the nearest
+//              on the other side;
 //   otherwise the neighbour on the other end of the transfer decides: its counterpart op
 //   abnormal too -> the link between the two; normal -> this worker's send side (send
 //   ops) or receive side (recv ops). A worker whose every recorded p2p op is abnormal and
@@ -30,16 +38,16 @@ struct P2pFinding {
   std::int32_t worker = -1;  // where the abnormal time was measured
   P2pOp op = P2pOp::kForwardSend;
   double ms = 0.0;      // the worker's time for op
-  double ref_ms = 0.0;  // min_op
+  double ref_ms = 0.0;  // the reference it was compared with
   P2pCause cause = P2pCause::kExplained;
-  // kExplained: the nearest compute-slow worker on the partner side; kLink: the neighbour at
-  // the other end; kSendSide, kRecvSide, kNodeNetwork: the worker itself.
+  // kExplained: the compute-slow worker blamed; kLink: the neighbour at the other end;
+  // kSendSide, kRecvSide, kNodeNetwork: the worker itself.
   std::int32_t blamed_worker = -1;
 };
 
 struct P2pStepResult {
   std::vector<std::uint8_t> abnormal;  // workers x kNumP2pOps: 1 = abnormal
-  std::vector<double> min_ms;          // kNumP2pOps: min_op, NaN when no worker ran the op
+  std::vector<double> ref_ms;          // workers x kNumP2pOps: the reference, NaN when none
   std::vector<P2pFinding> findings;    // one per abnormal (worker, op), except node-network merges
 };
 

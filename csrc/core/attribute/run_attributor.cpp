@@ -58,6 +58,8 @@ void RunAttributor::count(Finding key, std::int64_t step, double ratio, double e
     accums_.push_back(Accum{key});
   }
   Accum& a = accums_[it->second];
+  // Both ends of a link report it in the same step: the step counts once.
+  if (!inserted && a.finding.last_step == step && a.finding.steps_flagged > 0) return;
   a.finding.steps_flagged += 1;
   a.finding.last_step = step;
   a.finding.max_ratio = std::max(a.finding.max_ratio, ratio);
@@ -86,7 +88,8 @@ void RunAttributor::fold_p2p(const WorkerStep& step, const P2pStepResult& p2p, b
       const double x = step.p2p_ms[w * kNumP2pOps + o];
       if (!std::isfinite(x)) continue;
       SeriesState& s = series_[w * kNumP2pOps + o];
-      if (s.has_previous && x > config_.jump_ratio * s.previous_ms && x - s.previous_ms >= config_.absolute_ms_threshold) {
+      const bool jump = x > config_.jump_ratio * s.previous_ms && x - s.previous_ms >= config_.absolute_ms_threshold;
+      if (s.has_previous && jump) {
         jumps_.push_back({step.step, static_cast<std::int32_t>(w), static_cast<P2pOp>(o), x, s.previous_ms});
       }
       s.previous_ms = x;

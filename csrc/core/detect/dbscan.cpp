@@ -63,7 +63,7 @@ double knee_eps(const Eigen::VectorXd& k_distances) {
 DbscanResult dbscan_auto(const PointMatrix& x, const Weights& w, const Eigen::MatrixXd& distances,
                          const DbscanOptions& options) {
   const double min_samples = std::max(1.0, std::min(options.min_samples, 0.5 * w.sum()));
-  const double knee = knee_eps(k_distances(distances, w, min_samples));
+  const double knee = knee_eps(k_distances(distances, w, {min_samples}).col(0));
   DbscanResult best;
   PartitionScore best_score{};
   bool have = false;

@@ -31,10 +31,15 @@ PointMatrix grid_seeds(const PointMatrix& x, double cell) {
 
 }  // namespace
 
-double estimate_bandwidth(const Eigen::MatrixXd& distances, const Weights& w, double quantile) {
-  if (!(quantile > 0.0 && quantile <= 1.0)) throw std::invalid_argument("estimate_bandwidth: quantile must be in (0, 1]");
-  const double k = std::max(1.0, std::floor(quantile * w.sum()));
-  return k_distances(distances, w, k).dot(w) / w.sum();
+std::vector<double> estimate_bandwidths(const Eigen::MatrixXd& distances, const Weights& w,
+                                        const std::vector<double>& quantiles) {
+  std::vector<double> ks;
+  for (double q : quantiles) {
+    if (!(q > 0.0 && q <= 1.0)) throw std::invalid_argument("estimate_bandwidth: quantile must be in (0, 1]");
+    ks.push_back(std::max(1.0, std::floor(q * w.sum())));
+  }
+  const Eigen::VectorXd mean = (w.transpose() * k_distances(distances, w, ks)).transpose() / w.sum();
+  return std::vector<double>(mean.data(), mean.data() + mean.size());
 }
 
 MeanShiftResult mean_shift(const PointMatrix& x, const Weights& w, double bandwidth, bool bin_seeding,
@@ -100,8 +105,7 @@ MeanShiftResult mean_shift_auto(const PointMatrix& x, const Weights& w, const Ei
   MeanShiftResult best;
   PartitionScore best_score{};
   bool have = false;
-  for (double q : options.quantiles) {
-    const double bandwidth = estimate_bandwidth(distances, w, q);
+  for (double bandwidth : estimate_bandwidths(distances, w, options.quantiles)) {
     if (!(bandwidth > 0.0)) continue;  // coincident points: no scale to search at
     MeanShiftResult r = mean_shift(x, w, bandwidth, options.bin_seeding, options.max_iter);
     if (r.modes.rows() > 2) {

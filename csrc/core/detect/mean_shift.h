@@ -16,9 +16,10 @@
 
 namespace relax_straggler::core::detect {
 
-// Mean k-distance (points.h) with k = max(1, floor(quantile x total weight)), weighted
-// by w. Throws std::invalid_argument unless 0 < quantile <= 1.
-double estimate_bandwidth(const Eigen::MatrixXd& distances, const Weights& w, double quantile);
+// Per quantile, the mean k-distance (points.h) with k = max(1, floor(quantile x total
+// weight)), weighted by w. Throws std::invalid_argument unless 0 < quantile <= 1.
+std::vector<double> estimate_bandwidths(const Eigen::MatrixXd& distances, const Weights& w,
+                                        const std::vector<double>& quantiles);
 
 struct MeanShiftResult {
   Labels labels;            // nearest mode (mean_shift) or group (mean_shift_auto)

@@ -1,6 +1,7 @@
 #include "core/detect/points.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <unordered_map>
 
@@ -16,32 +17,32 @@ Eigen::MatrixXd pairwise_distances(const PointMatrix& x) {
   return d;
 }
 
-Eigen::RowVectorXd cluster_centroid(const PointMatrix& x, const Weights& w, const Labels& labels, std::int32_t label) {
-  Eigen::RowVectorXd sum = Eigen::RowVectorXd::Zero(x.cols());
-  double total = 0.0;
-  for (Eigen::Index i = 0; i < x.rows(); ++i) {
-    if (labels[static_cast<std::size_t>(i)] != label) continue;
-    sum += w[i] * x.row(i);
-    total += w[i];
-  }
-  return total > 0.0 ? Eigen::RowVectorXd(sum / total) : sum;
-}
-
-Eigen::VectorXd k_distances(const Eigen::MatrixXd& distances, const Weights& w, double k) {
+Eigen::MatrixXd k_distances(const Eigen::MatrixXd& distances, const Weights& w, const std::vector<double>& ks) {
   const Eigen::Index n = distances.rows();
-  Eigen::VectorXd out(n);
+  Eigen::MatrixXd out(n, static_cast<Eigen::Index>(ks.size()));
+  if (n == 0 || ks.empty()) return out;
+  // Weights are >= 1 in a coreset, but a caller may pass less: the k-th neighbour by
+  // weight then lies beyond the k-th by count, so only order the prefix when that is safe.
+  const double largest = *std::max_element(ks.begin(), ks.end());
+  const bool unit_or_more = w.minCoeff() >= 1.0;
+  const auto prefix = unit_or_more ? std::min<Eigen::Index>(n, static_cast<Eigen::Index>(std::ceil(largest))) : n;
   std::vector<std::pair<double, double>> column(static_cast<std::size_t>(n));  // (distance, weight)
   for (Eigen::Index i = 0; i < n; ++i) {
     for (Eigen::Index j = 0; j < n; ++j) column[static_cast<std::size_t>(j)] = {distances(j, i), w[j]};
-    std::sort(column.begin(), column.end());
-    double mass = 0.0;
-    out[i] = column.back().first;
-    for (const auto& [d, weight] : column) {
-      mass += weight;
-      if (mass >= k) {
-        out[i] = d;
-        break;
+    const auto end = column.begin() + prefix;
+    if (prefix < n) std::nth_element(column.begin(), end - 1, column.end());
+    std::sort(column.begin(), end);
+    for (std::size_t q = 0; q < ks.size(); ++q) {
+      double mass = 0.0;
+      double found = (end - 1)->first;
+      for (auto it = column.begin(); it != end; ++it) {
+        mass += it->second;
+        if (mass >= ks[q]) {
+          found = it->first;
+          break;
+        }
       }
+      out(i, static_cast<Eigen::Index>(q)) = found;
     }
   }
   return out;

@@ -24,19 +24,11 @@ constexpr std::int32_t kNoise = -1;
 // product: |a - b|^2 = |a|^2 + |b|^2 - 2 a.b, clamped at 0 against rounding.
 Eigen::MatrixXd pairwise_distances(const PointMatrix& x);
 
-// Squared Euclidean distance between rows i of a and j of b.
-inline double squared_distance(const PointMatrix& a, Eigen::Index i, const PointMatrix& b, Eigen::Index j) {
-  return (a.row(i) - b.row(j)).squaredNorm();
-}
-
-// Weighted mean of the rows of x with label `label` (a 1 x d row); zeros when the
-// cluster is empty.
-Eigen::RowVectorXd cluster_centroid(const PointMatrix& x, const Weights& w, const Labels& labels, std::int32_t label);
-
-// Per point, the smallest radius whose ball (the point itself included) holds weight
-// >= k: the k-th nearest-neighbour distance counting the point, weights as multiplicity.
-// distances: n x n. O(n^2 log n).
-Eigen::VectorXd k_distances(const Eigen::MatrixXd& distances, const Weights& w, double k);
+// Per point and per k in ks, the smallest radius whose ball (the point itself included)
+// holds weight >= k: the k-th nearest-neighbour distance counting the point, weights as
+// multiplicity; the largest distance when the total weight is below k. Returns n x
+// ks.size(). distances: n x n. O(n^2 + n k log k) for weights >= 1, O(n^2 log n) otherwise.
+Eigen::MatrixXd k_distances(const Eigen::MatrixXd& distances, const Weights& w, const std::vector<double>& ks);
 
 // Number of distinct non-noise labels, assuming labels are 0..k-1 (or kNoise).
 std::int32_t count_clusters(const Labels& labels);

@@ -35,7 +35,7 @@ def main() -> None:
     results = []
     for step in range(steps):
         ms = synthetic(step, rank)
-        pending = gather.gather(pack(step, float("nan"), rank, ms, ms, np.ones(len(STAGES))))
+        pending = gather.gather(pack(step, float("nan"), rank, ms, ms, np.zeros(len(STAGES)), np.ones(len(STAGES))))
         if pending is None:
             continue
         report = build_report(unpack(pending.wait()), step, config, 0, {})

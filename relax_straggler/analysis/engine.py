@@ -1,0 +1,249 @@
+"""Offline analysis: streams a Source's steps through the C++ RunAttributor and keeps
+O(ranks) running statistics, never the steps themselves.
+
+Per per-rank step (StepTimes, ms):
+  1. ranks -> workers (dp_rank, pp_rank): the tensor-parallel ranks of a worker run in
+     lockstep, so a worker's compute and p2p times are the max over its ranks (the worker
+     is as slow as its slowest rank), its collective times the min (invariant 7: the rank
+     that arrives last waits least);
+  2. compute stages (forward, backward, optimizer, data, attention, moe; per token when
+     every rank reported its workload) and pipeline p2p times go to the RunAttributor:
+     individual vs structural slowness and send/recv cross-validation
+     (csrc/core/attribute);
+  3. collective late arrivals (invariant 7): per pipeline stage, the dp replica with the
+     shortest collective time is the one the others waited for, when
+     ref - t >= max(absolute_ms, min_impact x step) and t x relative <= ref (ref: median);
+  4. per-rank running sums: mean ms per stage, and the slowdown against the median of the
+     rank's dp replicas of the same pipeline stage, per compute stage and over all compute
+     (sum of its compute ms / sum of the references: time-weighted, so a 0.2 ms stage's
+     jitter does not dominate).
+Min/max-only steps (MinMaxStep) are summarized separately (minmax.py).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+import numpy as np
+
+from relax_straggler._ext import ext
+from relax_straggler.analysis.config import AnalyzeConfig
+from relax_straggler.analysis.ensemble import EnsembleWindow
+from relax_straggler.analysis.minmax import MinMaxSummary
+from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes, Topology
+from relax_straggler.report import normalize_workload
+from relax_straggler.stages import STAGE_IDS, STAGES, is_communication
+
+COMPUTE_STAGES: tuple[str, ...] = tuple(s for s in STAGES if not is_communication(s))
+COLLECTIVE_STAGES: tuple[str, ...] = tuple(
+    s for s in STAGES if is_communication(s) and s not in ("communication/send", "communication/recv"))
+_COMPUTE = np.array([STAGE_IDS[s] for s in COMPUTE_STAGES])
+_COLLECTIVE = np.array([STAGE_IDS[s] for s in COLLECTIVE_STAGES])
+
+Progress = Callable[[int, int], None]  # (done_bytes, total_bytes)
+
+
+class _WorkerMap:
+    """Rows of one rank list -> workers w = pp_rank x dp + dp_rank (reduce by a ufunc)."""
+
+    def __init__(self, ranks: np.ndarray, topology: Topology) -> None:
+        dp, pp, _ = topology.coords(ranks)
+        self.pp_of_row = pp
+        worker = pp * topology.dp + dp
+        self.workers = topology.dp * topology.pp
+        self.order = np.argsort(worker, kind="stable")
+        sorted_w = worker[self.order]
+        self.starts = np.flatnonzero(np.r_[True, sorted_w[1:] != sorted_w[:-1]])
+        self.present = sorted_w[self.starts]
+        self.identity = self.present.size == ranks.size and bool((self.order == np.arange(ranks.size)).all())
+
+    def reduce(self, values: np.ndarray, op: np.ufunc) -> np.ndarray:
+        out = np.full((self.workers, values.shape[1]), np.nan)
+        if self.identity:
+            out[self.present] = values
+        else:
+            out[self.present] = op.reduceat(values[self.order], self.starts, axis=0)
+        return out
+
+
+@dataclass
+class RankStats:
+    """Running per-rank sums, indexed by global rank (world_size rows)."""
+
+    sum_ms: np.ndarray  # (world, STAGES) ms
+    count: np.ndarray  # (world, STAGES) steps with a value
+    sum_slowdown: np.ndarray  # (world, COMPUTE_STAGES) t / peer reference
+    slowdown_count: np.ndarray
+    sum_total: np.ndarray  # (world,) compute time over the peer references' sum (time-weighted slowdown)
+    total_count: np.ndarray
+    late: np.ndarray  # (workers, COLLECTIVE_STAGES) steps the worker arrived last
+
+    @staticmethod
+    def zeros(world: int, workers: int) -> "RankStats":
+        return RankStats(np.zeros((world, len(STAGES))), np.zeros((world, len(STAGES)), np.int64),
+                         np.zeros((world, len(COMPUTE_STAGES))), np.zeros((world, len(COMPUTE_STAGES)), np.int64),
+                         np.zeros(world), np.zeros(world, np.int64),
+                         np.zeros((workers, len(COLLECTIVE_STAGES)), np.int64))
+
+    def mean_ms(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.count > 0, self.sum_ms / np.maximum(self.count, 1), np.nan)
+
+    def mean_slowdown(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.slowdown_count > 0, self.sum_slowdown / np.maximum(self.slowdown_count, 1), np.nan)
+
+    def mean_total_slowdown(self) -> np.ndarray:
+        """(world,) mean over steps of sum(compute ms) / sum(peer references), NaN if none."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.total_count > 0, self.sum_total / np.maximum(self.total_count, 1), np.nan)
+
+
+@dataclass
+class RunResult:
+    """Everything the report needs. run: relax_straggler._C.RunAttribution."""
+
+    source: Source
+    topology: Optional[Topology]
+    config: AnalyzeConfig
+    run: object
+    stats: Optional[RankStats]
+    seen_ranks: np.ndarray  # (world,) bool: the rank appeared in the input
+    steps: int
+    step_ms: np.ndarray  # measured step times, ms (finite ones)
+    has_p2p: bool
+    per_token: bool
+    minmax: MinMaxSummary
+    ensemble: Optional[dict]  # the window detector's votes (AnalyzeConfig.ensemble_steps), or None
+
+
+class _Run:
+    def __init__(self, topology: Topology, config: AnalyzeConfig) -> None:
+        self.topology = topology
+        self.config = config
+        self.attributor = ext().RunAttributor(topology.dp, topology.pp, list(COMPUTE_STAGES), config.engine_config())
+        self.stats = RankStats.zeros(topology.world_size, topology.dp * topology.pp)
+        self.seen = np.zeros(topology.world_size, dtype=bool)
+        self.maps: dict[bytes, _WorkerMap] = {}
+        self.steps = 0
+        self.step_ms: list[float] = []
+        self.has_p2p = False
+        self.per_token = False
+        self.ensemble = EnsembleWindow(config.ensemble_steps, topology) if config.ensemble_steps else None
+
+    def add(self, step: StepTimes, path: str) -> None:
+        topo = self.topology
+        if step.ranks.size and int(step.ranks.max()) >= topo.world_size:
+            raise InputError(f"{path}: step {step.step}: rank {int(step.ranks.max())} is outside the topology "
+                             f"(dp {topo.dp} x pp {topo.pp} x tp {topo.tp} = {topo.world_size} ranks)")
+        key = step.ranks.tobytes()
+        wm = self.maps.get(key)
+        if wm is None:
+            wm = self.maps.setdefault(key, _WorkerMap(step.ranks, topo))
+        ms = step.ms
+        if step.tokens is not None and np.all(np.isfinite(step.tokens) & (step.tokens > 0)):
+            ms = normalize_workload(ms, STAGES, step.tokens)
+            self.per_token = True
+        compute = wm.reduce(ms[:, _COMPUTE], np.fmax)
+        p2p = None
+        if topo.pp >= 2:
+            if step.p2p_ms is not None:
+                self.has_p2p = True
+                p2p = wm.reduce(step.p2p_ms, np.fmax)
+            else:
+                p2p = np.full((wm.workers, 4), np.nan)
+        sa = self.attributor.add_step(step.step, compute, p2p, step.step_ms)
+        self.steps += 1
+        if np.isfinite(step.step_ms):
+            self.step_ms.append(step.step_ms)
+        self._fold_rank_stats(step, ms, wm, self.attributor.peer_refs(sa))
+        self._fold_late_arrivals(wm.reduce(ms[:, _COLLECTIVE], np.fmin), sa.budget_ms)
+        if self.ensemble is not None:
+            self.ensemble.add(step, ms)
+
+    def _fold_rank_stats(self, step: StepTimes, ms: np.ndarray, wm: _WorkerMap, refs: np.ndarray) -> None:
+        s, r = self.stats, step.ranks
+        compute, ref = ms[:, _COMPUTE], refs[wm.pp_of_row]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slowdown = compute / ref
+            paired = np.isfinite(compute) & np.isfinite(ref)
+            total = np.where(paired, compute, 0.0).sum(axis=1) / np.where(paired, ref, 0.0).sum(axis=1)
+        ran, ok, total_ok = ~np.isnan(ms), np.isfinite(slowdown), np.isfinite(total)
+        if r.size == self.seen.size:  # every rank (ranks are ascending and unique): fold in place
+            self.seen[:] = True
+            np.add(s.sum_ms, ms, out=s.sum_ms, where=ran)
+            s.count += ran
+            np.add(s.sum_slowdown, slowdown, out=s.sum_slowdown, where=ok)
+            s.slowdown_count += ok
+            np.add(s.sum_total, total, out=s.sum_total, where=total_ok)
+            s.total_count += total_ok
+            return
+        self.seen[r] = True
+        s.sum_ms[r] += np.where(ran, ms, 0.0)
+        s.count[r] += ran
+        s.sum_slowdown[r] += np.where(ok, slowdown, 0.0)
+        s.slowdown_count[r] += ok
+        s.sum_total[r] += np.where(total_ok, total, 0.0)
+        s.total_count[r] += total_ok
+
+    def _fold_late_arrivals(self, coll: np.ndarray, budget_ms: float) -> None:
+        topo, cfg = self.topology, self.config
+        if topo.dp < 2:
+            return
+        grid = coll.reshape(topo.pp, topo.dp, -1)  # worker w = pp x dp + dp_rank
+        has = np.isfinite(grid)
+        enough = has.sum(axis=1) >= 2  # (pp, stages)
+        if not enough.any():
+            return
+        filled = np.where(has, grid, np.inf)
+        arg = np.argmin(filled, axis=1)
+        low = np.take_along_axis(filled, arg[:, None, :], axis=1)[:, 0, :]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices, excluded by `enough`
+            ref = np.nanmedian(np.where(has, grid, np.nan), axis=1)
+        floor = max(cfg.absolute_ms_threshold, cfg.min_impact * budget_ms)
+        late = enough & (ref - low >= floor) & (low * cfg.relative_threshold <= ref)
+        pp_idx, stage_idx = np.nonzero(late)
+        workers = pp_idx * topo.dp + arg[pp_idx, stage_idx]
+        np.add.at(self.stats.late, (workers, stage_idx), 1)
+
+
+def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_node: Optional[int] = None,
+            progress: Optional[Progress] = None) -> RunResult:
+    """Reads every step of `source` and attributes. Raises InputError when the input has
+    no usable step, or when its ranks do not fit its topology; ValueError on a bad config."""
+    config.engine_config()  # validate before reading
+    run: Optional[_Run] = None
+    minmax = MinMaxSummary()
+    for step in source.steps():
+        if isinstance(step, MinMaxStep):
+            minmax.add(step)
+        else:
+            if run is None:
+                topo = source.topology() or Topology.flat(int(step.ranks.max()) + 1)
+                if ranks_per_node is not None:
+                    topo = replace(topo, ranks_per_node=ranks_per_node)
+                run = _Run(topo, config)
+            run.add(step, source.path)
+        if progress is not None:
+            progress(source.done_bytes, source.total_bytes)
+    if run is None and minmax.steps == 0:
+        raise InputError(f"{source.path}: no step could be read")
+    if run is not None and int(run.seen.sum()) < 2:
+        raise InputError(f"{source.path}: the input has a single rank: stragglers are found by comparing ranks")
+    return RunResult(
+        source=source,
+        topology=None if run is None else run.topology,
+        config=config,
+        run=None if run is None else run.attributor.finish(),
+        stats=None if run is None else run.stats,
+        seen_ranks=np.zeros(0, bool) if run is None else run.seen,
+        steps=0 if run is None else run.steps,
+        step_ms=np.array([] if run is None else run.step_ms),
+        has_p2p=run is not None and run.has_p2p,
+        per_token=run is not None and run.per_token,
+        minmax=minmax,
+        ensemble=None if run is None or run.ensemble is None else run.ensemble.run(run.seen),
+    )

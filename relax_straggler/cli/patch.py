@@ -1,0 +1,199 @@
+"""Apply, check or revert the integration patches: relax-straggler patch TARGET PATH.
+
+TARGET is a folder of patches/ (``relax``, ``megatron-lm``); PATH the root of that
+framework's checkout. The patches are applied in name order, all or none: every one is
+checked first, and nothing is written unless all of them apply. ``--check`` only says,
+per patch, whether it applies, is already applied, or conflicts; ``--revert`` takes
+applied patches out again in reverse order.
+
+Patching uses ``git apply`` (the checkout need not be a git repository) or, where git
+is missing, GNU ``patch -p1``. Each patch file starts with free text naming the
+upstream commit it was made against; both tools skip it.
+
+Exit codes: 0 done (or nothing to do), 1 a patch conflicts or a tool failed, 2 bad
+arguments (unknown target, PATH not a directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import logging
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+PATCHES_DIR = Path(__file__).resolve().parents[2] / "patches"
+
+
+class State(enum.Enum):
+    APPLIES = "applies"
+    APPLIED = "already applied"
+    CONFLICTS = "conflicts"
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    path: Path
+    upstream: str  # the "Upstream:" line of the patch header, or ""
+    state: State
+    detail: str  # the tool's message when it conflicts
+
+
+class Tool:
+    """Runs one patch tool against a checkout. check()/apply() return (ok, message)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _cmd(self, patch: Path, reverse: bool, dry_run: bool) -> list[str]:
+        raise NotImplementedError
+
+    def _run(self, cmd: list[str]) -> tuple[bool, str]:
+        proc = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True)
+        return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
+
+    def check(self, patch: Path, reverse: bool = False) -> tuple[bool, str]:
+        return self._run(self._cmd(patch, reverse, dry_run=True))
+
+    def apply(self, patch: Path, reverse: bool = False) -> tuple[bool, str]:
+        return self._run(self._cmd(patch, reverse, dry_run=False))
+
+
+class GitApply(Tool):
+    name = "git apply"
+
+    def _cmd(self, patch: Path, reverse: bool, dry_run: bool) -> list[str]:
+        cmd = ["git", "apply", "--whitespace=nowarn"]
+        if reverse:
+            cmd.append("--reverse")
+        if dry_run:
+            cmd.append("--check")
+        return [*cmd, str(patch)]
+
+
+class GnuPatch(Tool):
+    name = "patch"
+
+    def _cmd(self, patch: Path, reverse: bool, dry_run: bool) -> list[str]:
+        cmd = ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-r", "-", "-i", str(patch)]
+        if reverse:
+            cmd[cmd.index("--forward")] = "--reverse"
+        if dry_run:
+            cmd.append("--dry-run")
+        return cmd
+
+
+def choose_tool(root: Path) -> Tool:
+    """git apply where git exists, else GNU patch. Raises RuntimeError with neither, and
+    ValueError when root lies inside a git work tree without being its top level (git
+    apply would resolve the patch's paths against that top level)."""
+    if shutil.which("git"):
+        proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
+        if proc.returncode == 0 and Path(proc.stdout.strip()).resolve() != root.resolve():
+            raise ValueError(f"{root} is inside the git checkout {proc.stdout.strip()}: give the checkout's root")
+        return GitApply(root)
+    if shutil.which("patch"):
+        return GnuPatch(root)
+    raise RuntimeError("neither git nor patch is installed")
+
+
+def patch_files(target: str, patches_dir: Path = PATCHES_DIR) -> list[Path]:
+    """The target's patches in application order. Raises ValueError for an unknown
+    target or a target folder without patches."""
+    folder = patches_dir / target
+    files = sorted(folder.glob("*.patch")) if folder.is_dir() else []
+    if not files:
+        known = sorted(p.name for p in patches_dir.iterdir() if p.is_dir() and any(p.glob("*.patch"))) \
+            if patches_dir.is_dir() else []
+        raise ValueError(f"no patches for {target!r} in {patches_dir} (targets: {', '.join(known) or 'none'}; "
+                         "--patches-dir points at another patches/ folder)")
+    return files
+
+
+def upstream_of(patch: Path) -> str:
+    """The ``Upstream:`` line of a patch's header (text before the first diff)."""
+    with open(patch, encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith(("diff ", "--- ")):
+                break
+            if line.lower().startswith("upstream:"):
+                return line.split(":", 1)[1].strip()
+    return ""
+
+
+def status(tool: Tool, patch: Path) -> PatchStatus:
+    ok, message = tool.check(patch)
+    if ok:
+        return PatchStatus(patch, upstream_of(patch), State.APPLIES, "")
+    if tool.check(patch, reverse=True)[0]:
+        return PatchStatus(patch, upstream_of(patch), State.APPLIED, "")
+    return PatchStatus(patch, upstream_of(patch), State.CONFLICTS, message)
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.path)
+    if not root.is_dir():
+        log.error("%s is not a directory", root)
+        return 2
+    try:
+        files = patch_files(args.target, Path(args.patches_dir))
+        tool = choose_tool(root)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
+    except RuntimeError as exc:
+        log.error("%s", exc)
+        return 1
+    statuses = [status(tool, f) for f in files]
+    for s in statuses:
+        log.info("%-40s %s%s", s.path.name, s.state.value, f" (upstream {s.upstream})" if s.upstream else "")
+        if s.detail:
+            log.info("  %s", s.detail.replace("\n", "\n  "))
+    states = {s.state for s in statuses}
+    if State.CONFLICTS in states:
+        log.error("%s: %d of %d patches do not apply to %s (see above); nothing changed",
+                  args.target, sum(s.state is State.CONFLICTS for s in statuses), len(statuses), root)
+        return 1
+    if args.check:
+        return 0
+    if args.revert:
+        return _apply(tool, [s.path for s in reversed(statuses) if s.state is State.APPLIED], reverse=True,
+                      what="reverted", nothing="no patch is applied")
+    if states == {State.APPLIED}:
+        log.info("%s: every patch is already applied", args.target)
+        return 0
+    if State.APPLIED in states:
+        log.error("%s: only some patches are applied; revert them first (--revert)", args.target)
+        return 1
+    return _apply(tool, [s.path for s in statuses], reverse=False, what="applied", nothing="")
+
+
+def _apply(tool: Tool, files: Sequence[Path], reverse: bool, what: str, nothing: str) -> int:
+    if not files:
+        log.info("%s", nothing)
+        return 0
+    for f in files:
+        ok, message = tool.apply(f, reverse=reverse)
+        if not ok:
+            log.error("%s failed on %s: %s", tool.name, f.name, message)
+            return 1
+        log.info("%s %s", what, f.name)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("patch", help="Apply, check or revert an integration patch (Relax, Megatron-LM).",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("target", help="Patch folder under patches/: relax or megatron-lm.")
+    p.add_argument("path", help="Root of the framework's checkout.")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="Only report whether each patch applies.")
+    mode.add_argument("--revert", action="store_true", help="Take the applied patches out again.")
+    p.add_argument("--patches-dir", default=str(PATCHES_DIR),
+                   help="Folder holding the patch folders (default: this checkout's patches/).")
+    p.set_defaults(run=run)

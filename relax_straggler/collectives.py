@@ -1,0 +1,88 @@
+"""The collective layer: every training process group's backend wrapped by TimedBackend.
+
+install() wraps the backends of all existing process groups (the default group and
+every `new_group`), then checks at each step boundary whether groups were created since
+(Megatron creates many) and wraps those too. uninstall() puts every original backend
+back. The side group of the analyzer itself is never wrapped.
+
+How: c10d lets a ProcessGroup map a device type to a backend of a given type. The
+wrapper is registered as the group's CUSTOM backend for the device, so the dispatcher
+sends that device's collectives through it, while the group's default backend, name
+and sequence numbers stay the original's. One wrapper per group: where a group has
+different backends per device (cpu:gloo,cuda:nccl) only the CUDA one is timed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+import torch.distributed as dist
+
+from relax_straggler._ext import ext
+
+log = logging.getLogger(__name__)
+
+# CUDA first: where a group has two backends, the training collectives run on CUDA.
+_DEVICE_ORDER = ("cuda", "cpu")
+
+
+def group_registry() -> dict:
+    """torch.distributed's registry of live process groups (the default group included)."""
+    try:
+        return dist.distributed_c10d._world.pg_map
+    except AttributeError as exc:  # a torch whose private registry moved
+        raise RuntimeError("relax_straggler: cannot list process groups on this torch version; "
+                           "pass --straggler-no-collective-timing") from exc
+
+
+class CollectiveLayer:
+    """Times the collectives of every process group except `exclude` into `timer`.
+
+    analyzed_ranks: global ranks compared by the analyzer; a group spanning exactly those
+    ranks gives per-collective durations comparable across ranks (late-arrival evidence).
+    """
+
+    def __init__(self, timer: Any, analyzed_ranks: Iterable[int], exclude: Iterable[dist.ProcessGroup]) -> None:
+        self._timer = timer
+        self._ranks = frozenset(analyzed_ranks)
+        self._exclude = list(exclude)
+        self._wrapped: dict[dist.ProcessGroup, list[str]] = {}
+        self._known = 0
+        self.poll()
+
+    @property
+    def groups(self) -> dict[dist.ProcessGroup, list[str]]:
+        """Wrapped groups and the device types wrapped on each."""
+        return dict(self._wrapped)
+
+    def poll(self) -> None:
+        """Wraps groups created since the last call, forgets destroyed ones. One len() when
+        the number of groups did not change (a group destroyed and another created between
+        two polls is picked up at the next change)."""
+        registry = group_registry()
+        if len(registry) == self._known:
+            return
+        self._known = len(registry)
+        self._wrapped = {pg: devices for pg, devices in self._wrapped.items() if pg in registry}
+        for pg in list(registry):
+            if pg in self._wrapped or any(pg is g for g in self._exclude):
+                continue
+            self._wrapped[pg] = self._wrap(pg)
+
+    def _wrap(self, pg: dist.ProcessGroup) -> list[str]:
+        comparable = frozenset(dist.get_process_group_ranks(pg)) == self._ranks
+        devices = {d.type for d in pg._device_types}
+        wrapped = [d for d in _DEVICE_ORDER if d in devices and ext().wrap_process_group(pg, d, self._timer, comparable)]
+        if not wrapped:
+            log.info("relax_straggler: process group %s has no backend the collective layer can wrap",
+                     dist.distributed_c10d._get_process_group_name(pg))
+        return wrapped
+
+    def restore(self) -> None:
+        """Puts every original backend back."""
+        for pg, devices in self._wrapped.items():
+            for device in devices:
+                ext().unwrap_process_group(pg, device)
+        self._wrapped.clear()
+        self._known = 0

@@ -1,0 +1,178 @@
+"""What every reader produces, and how readers report bad input.
+
+A reader turns one input file into a stream of steps. Two resolutions exist:
+
+- ``StepTimes``: per-rank times of one step, the input of the full analysis;
+- ``MinMaxStep``: only the fastest and slowest rank's time per stage (Megatron's default
+  ``--timing-log-option minmax``), from which no rank can be named (docs/ANALYZE.md).
+
+Stage columns are always ``relax_straggler.stages.STAGES`` (the closed stage set), NaN
+where a rank did not run the stage, so every step of every reader has the same columns.
+Times are milliseconds per step; readers convert (the what-if parquet traces are in
+seconds, Chrome traces in microseconds).
+
+Bad input never raises a traceback at the user: a reader reports each problem with the
+file and the 1-based line (text) or row (parquet) through ``Problems``; in strict mode
+the first problem raises ``InputError``, otherwise the offending record is skipped and
+counted, and every count is part of the analysis output.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Protocol, Union
+
+import numpy as np
+
+from relax_straggler.stages import STAGES
+
+log = logging.getLogger(__name__)
+
+# Pipeline point-to-point operations, in the column order of StepTimes.p2p_ms (the same
+# order as relax_straggler._C.P2P_OPS).
+P2P_OPS: tuple[str, ...] = ("forward-send", "forward-recv", "backward-send", "backward-recv")
+
+# How many problems are kept with their message; all are counted.
+MAX_KEPT_PROBLEMS = 200
+
+
+class InputError(Exception):
+    """The input cannot be analyzed (or, with --strict, has a problem). str() names file and line."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    line: int  # 1-based line (text) or row (parquet); 0 = the file as a whole
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}" if self.line > 0 else f"{self.path}: {self.message}"
+
+
+@dataclass
+class Problems:
+    """Collects a reader's problems. strict: the first one raises InputError."""
+
+    path: str
+    strict: bool = False
+    kept: list[Problem] = field(default_factory=list)
+    counts: Counter = field(default_factory=Counter)  # by kind
+
+    def report(self, line: int, message: str, kind: str = "malformed") -> None:
+        problem = Problem(self.path, line, message)
+        if self.strict:
+            raise InputError(f"{problem} (--strict)")
+        self.counts[kind] += 1
+        if len(self.kept) < MAX_KEPT_PROBLEMS:
+            self.kept.append(problem)
+            log.warning("%s", problem)
+        elif len(self.kept) == MAX_KEPT_PROBLEMS and self.total == MAX_KEPT_PROBLEMS + 1:
+            log.warning("%s: more problems; only their counts are kept", self.path)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Parallel layout: world_size = dp x pp x tp, ranks ordered tp fastest, then dp, then pp
+    (Megatron's default order 'tp-cp-ep-dp-pp' with cp = ep = 1): rank = tp + tp_size x
+    (dp + dp_size x pp). ranks_per_node, when known, maps ranks to nodes (rank // it)."""
+
+    dp: int
+    pp: int
+    tp: int = 1
+    ranks_per_node: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "pp", "tp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.ranks_per_node is not None and self.ranks_per_node < 1:
+            raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node}")
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.pp * self.tp
+
+    @staticmethod
+    def flat(world_size: int) -> "Topology":
+        """Every rank a peer of every other: data parallel only."""
+        return Topology(dp=world_size, pp=1, tp=1)
+
+    def coords(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(dp_rank, pp_rank, tp_rank) arrays for global rank ids."""
+        ranks = np.asarray(ranks, dtype=np.int64)
+        return (ranks // self.tp) % self.dp, ranks // (self.tp * self.dp), ranks % self.tp
+
+    def rank_of(self, dp_rank: np.ndarray, pp_rank: np.ndarray, tp_rank: np.ndarray | int = 0) -> np.ndarray:
+        return np.asarray(tp_rank) + self.tp * (np.asarray(dp_rank) + self.dp * np.asarray(pp_rank))
+
+    def node_of(self, rank: int) -> Optional[int]:
+        return None if self.ranks_per_node is None else rank // self.ranks_per_node
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """One step, per rank. ranks: (rows,) global rank ids, ascending; ms: (rows, len(STAGES))
+    ms per step, NaN = not run; p2p_ms: (rows, 4) ms in P2P_OPS order, NaN = not run, or
+    None when the input has no pipeline p2p times; step_ms: measured step time, NaN if unknown.
+    tokens: (rows,) workload per rank or None."""
+
+    step: int
+    ranks: np.ndarray
+    ms: np.ndarray
+    p2p_ms: Optional[np.ndarray] = None
+    step_ms: float = float("nan")
+    tokens: Optional[np.ndarray] = None
+
+    stages = STAGES
+
+
+@dataclass(frozen=True)
+class MinMaxStep:
+    """One step of a min/max-only log: (len(STAGES),) arrays of the fastest and slowest
+    rank's ms, NaN where the stage was not printed. max-only logs leave min_ms NaN."""
+
+    step: int
+    min_ms: np.ndarray
+    max_ms: np.ndarray
+    step_ms: float = float("nan")
+
+    stages = STAGES
+
+
+Step = Union[StepTimes, MinMaxStep]
+
+
+class Source(Protocol):
+    """An opened input. Readers are constructed with (path, problems, **options) and
+    report progress in bytes (total_bytes may be 0 when unknown).
+
+    A new format (for example the ClickHouse ``megatron_metrics`` table) plugs in by
+    providing this protocol and an entry in relax_straggler.readers.READERS."""
+
+    path: str
+    format: str
+    problems: Problems
+    total_bytes: int
+    done_bytes: int
+    records: int  # what was read: parquet rows, trace events, jsonl lines, timer-log rank values
+
+    def topology(self) -> Optional[Topology]:
+        """The layout the input declares (beside-file metadata, logged arguments), if any.
+        Valid once steps() has been exhausted for logs that declare it as they go."""
+        ...
+
+    def steps(self) -> Iterator[Step]:
+        """Steps in input order. Raises InputError when nothing usable can be read."""
+        ...
+
+
+def empty_stage_row(rows: int) -> np.ndarray:
+    """(rows, len(STAGES)) of NaN."""
+    return np.full((rows, len(STAGES)), np.nan)

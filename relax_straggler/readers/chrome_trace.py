@@ -1,0 +1,271 @@
+"""Chrome-trace timelines whose op names are Megatron timer names (the what-if artifact's
+timeline-*.json.gz, or any trace in that layout).
+
+Layout: complete events ``{"ph": "X", "name": <timer>, "pid": <dp_rank>, "tid": <lane>,
+"ts": <us>, "dur": <us>, "args": {"step": ...}}``; each lane is named by a metadata event
+``{"ph": "M", "name": "thread_name", "args": {"name": "PP rank P, TP rank T, <kind>"}}``,
+which may come before or after the lane's events. The rank of an event is
+topology.rank_of(dp=pid, pp=P, tp=T).
+
+The file (plain or gzip) is parsed incrementally, one event at a time, with the standard
+library's JSON decoder over a sliding text window, and events are summed per lane as they
+come (op_trace.py): memory holds one window and the sums, never the file. Problems name
+the line and the event's index in the array.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import json
+import math
+import os
+import re
+import zlib
+from typing import Iterator, Optional
+
+import numpy as np
+
+from relax_straggler.readers.base import InputError, Problems, StepTimes, Topology
+from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
+                                              row_keys)
+
+CHUNK_BYTES = 1 << 20
+BATCH_EVENTS = 1 << 16
+MAX_EVENT_CHARS = 1 << 24  # an event that does not parse within this many characters is invalid JSON
+_LANE_BASE = 1 << 20  # lane key = pid x 2^20 + tid
+_LANE = re.compile(r"PP rank (\d+), TP rank (\d+)")
+_WS = " \t\r\n"
+
+
+class _EventStream:
+    """Yields (line, index, event) from a JSON array of objects, or from the
+    "traceEvents" array of a JSON object, reading the file in chunks."""
+
+    def __init__(self, path: str, problems: Problems) -> None:
+        self.path = path
+        self.problems = problems
+        self.done_bytes = 0
+        with open(path, "rb") as f:
+            magic = f.read(2)
+        self._gzip = magic == b"\x1f\x8b"
+        self._decoder = json.JSONDecoder()
+        self._line = 1
+
+    def _chunks(self) -> Iterator[str]:
+        text = codecs.getincrementaldecoder("utf-8")(errors="strict")
+        with open(self.path, "rb") as raw:
+            stream = gzip.GzipFile(fileobj=raw) if self._gzip else raw
+            try:
+                while True:
+                    data = stream.read(CHUNK_BYTES)
+                    self.done_bytes = raw.tell()
+                    if not data:
+                        tail = text.decode(b"", final=True)
+                        if tail:
+                            yield tail
+                        return
+                    yield text.decode(data)
+            except (EOFError, OSError, zlib.error) as exc:
+                raise InputError(f"{self.path}:{self._line}: the gzip stream is damaged or truncated here "
+                                 f"({exc})") from None
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{self.path}:{self._line}: not UTF-8 text ({exc.reason})") from None
+
+    def events(self) -> Iterator[tuple[int, int, dict]]:
+        self._chunk_iter = self._chunks()
+        self._buf, self._pos, self._eof = "", 0, False
+        self._counted = 0  # newlines before buf[_counted] are in self._line
+        first = self._skip(_WS)
+        if first is None:
+            raise InputError(f"{self.path}: empty file")
+        if first == "{":
+            self._pos += 1
+            while True:
+                if self._skip(_WS + ",") != '"':
+                    raise InputError(f"{self.path}:{self._at()}: JSON object without a \"traceEvents\" array")
+                key = self._value()
+                if self._skip(_WS) != ":":
+                    raise InputError(f"{self.path}:{self._at()}: expected ':' after {key!r}")
+                self._pos += 1
+                if self._skip(_WS) is None:
+                    break
+                if key == "traceEvents":
+                    break
+                self._value()
+        if self._pos >= len(self._buf) or self._buf[self._pos] != "[":
+            raise InputError(f"{self.path}:{self._at()}: expected a JSON array of trace events")
+        self._pos += 1
+        index = 0
+        while True:
+            c = self._skip(_WS + ",")
+            if c is None:
+                raise InputError(f"{self.path}:{self._at()}: the event array is not closed (truncated file?)")
+            if c == "]":
+                return
+            line = self._at()
+            event = self._value()
+            if isinstance(event, dict):
+                yield line, index, event
+            else:
+                self.problems.report(line, f"event #{index} is not a JSON object", kind="malformed")
+            index += 1
+
+    def _at(self, pos: Optional[int] = None) -> int:
+        """The 1-based line of buf[pos] (default: the cursor); counts newlines once."""
+        pos = self._pos if pos is None else pos
+        if pos >= self._counted:
+            self._line += self._buf.count("\n", self._counted, pos)
+            self._counted = pos
+            return self._line
+        return self._line - self._buf.count("\n", pos, self._counted)
+
+    def _more(self) -> bool:
+        """Appends the next chunk, dropping what the cursor has passed."""
+        if self._eof:
+            return False
+        try:
+            chunk = next(self._chunk_iter)
+        except StopIteration:
+            self._eof = True
+            return False
+        self._at()
+        self._buf, self._counted, self._pos = self._buf[self._pos:] + chunk, 0, 0
+        return True
+
+    def _skip(self, chars: str) -> Optional[str]:
+        """Advances past `chars`; the next character, or None at end of input."""
+        while True:
+            buf, pos = self._buf, self._pos
+            while pos < len(buf) and buf[pos] in chars:
+                pos += 1
+            self._pos = pos
+            if pos < len(buf):
+                return buf[pos]
+            if not self._more():
+                return None
+
+    def _value(self) -> object:
+        while True:
+            try:
+                obj, end = self._decoder.raw_decode(self._buf, self._pos)
+            except json.JSONDecodeError as exc:
+                if len(self._buf) - self._pos < MAX_EVENT_CHARS and self._more():
+                    continue
+                raise InputError(f"{self.path}:{self._at(exc.pos)}: invalid or truncated JSON: {exc.msg}") from None
+            if end == len(self._buf) and self._more():
+                continue  # a number at the window's edge may continue in the next chunk
+            self._pos = end
+            return obj
+
+
+class ChromeTraceReader:
+    format = "chrome-trace"
+
+    def __init__(self, path: str, problems: Problems, topology: Optional[Topology] = None,
+                 meta: Optional[str] = None) -> None:
+        self.path = path
+        self.problems = problems
+        meta = meta or meta_path_for(path)
+        self._topology = topology or (load_meta(meta) if meta else None)
+        self._stream = _EventStream(path, problems)
+        self.total_bytes = os.path.getsize(path)
+        self.names = OpNames(problems)
+        self.records = 0
+
+    @property
+    def done_bytes(self) -> int:
+        return self._stream.done_bytes
+
+    def topology(self) -> Optional[Topology]:
+        return self._topology
+
+    def steps(self) -> Iterator[StepTimes]:
+        lanes: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (pp, tp)
+        acc, dups = StepAccumulator(), DuplicateFilter()
+        batch: list[tuple] = []
+        for line, index, ev in self._stream.events():
+            self.records += 1
+            ph = ev.get("ph")
+            if ph == "M":
+                if ev.get("name") == "thread_name":
+                    m = _LANE.search(str((ev.get("args") or {}).get("name", "")))
+                    if m and isinstance(ev.get("pid"), int) and isinstance(ev.get("tid"), int):
+                        lanes[(ev["pid"], ev["tid"])] = (int(m.group(1)), int(m.group(2)))
+                continue
+            if ph != "X":
+                continue
+            row = self._row(line, index, ev)
+            if row is not None:
+                batch.append(row + (line,))
+            if len(batch) >= BATCH_EVENTS:
+                self._add(batch, acc, dups)
+                batch = []
+        self._add(batch, acc, dups)
+        if not acc.keys():
+            raise InputError(f"{self.path}: no usable complete ('X') events")
+        yield from acc.steps(self.path, self._lane_ranks(acc.keys(), lanes))
+
+    def _row(self, line: int, index: int, ev: dict) -> Optional[tuple]:
+        where = f"event #{index}"
+        name, pid, tid = ev.get("name"), ev.get("pid"), ev.get("tid")
+        ts, dur = ev.get("ts"), ev.get("dur")
+        args = ev.get("args")
+        step = args.get("step") if isinstance(args, dict) else None
+        if not isinstance(name, str) or not isinstance(pid, int) or not isinstance(tid, int) \
+                or not 0 <= pid < _LANE_BASE or not 0 <= tid < _LANE_BASE:
+            self.problems.report(line, f"{where}: needs a string name and integer pid, tid in [0, 2^20)", "malformed")
+            return None
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            self.problems.report(line, f"{where} ({name}): args.step must be an integer >= 0", "malformed")
+            return None
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ts, dur)) \
+                or not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and ts >= 0):
+            self.problems.report(line, f"{where} ({name}): ts and dur must be finite numbers >= 0 us", "bad_value")
+            return None
+        target = self.names.resolve(name, line)
+        if target is None:
+            return None
+        p2p = -1 if target.p2p is None else target.p2p
+        return pid * _LANE_BASE + tid, step, target.stage, p2p, float(ts), float(dur)
+
+    def _add(self, batch: list[tuple], acc: StepAccumulator, dups: DuplicateFilter) -> None:
+        """Accumulates a batch of events per lane (ranks are known once every lane is named)."""
+        if not batch:
+            return
+        lane, step, stage, p2p, ts, dur, line = (np.array(c) for c in zip(*batch))
+        ns = [np.clip(np.round(x * 1e3), -(2.0 ** 62), 2.0 ** 62).astype(np.int64) for x in (ts, dur)]
+        keys = row_keys(lane, step, stage, p2p, *ns)
+        dup = dups.seen_before(keys)
+        for i in np.flatnonzero(dup).tolist():
+            self.problems.report(int(line[i]), "duplicate event (same lane, step, op, ts and dur as an earlier one)",
+                                 "duplicate")
+        keep = ~dup
+        acc.add(step[keep], lane[keep], stage[keep], p2p[keep], dur[keep] / 1e3, ts[keep] / 1e3)
+
+    def _lane_ranks(self, keys: list[int], lanes: dict[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
+        """Lane key -> global rank; lanes without a name or outside the topology are reported."""
+        named = {k: lanes[divmod(k, _LANE_BASE)] for k in keys if divmod(k, _LANE_BASE) in lanes}
+        for k in keys:
+            if k not in named:
+                self.problems.report(0, f"events on pid {k // _LANE_BASE} tid {k % _LANE_BASE} are skipped: the "
+                                     "lane has no 'PP rank P, TP rank T' thread_name", "layout")
+        if not named:
+            raise InputError(f"{self.path}: no event lane is named 'PP rank P, TP rank T, ...' by a thread_name "
+                             "metadata event, so no event can be placed on a rank")
+        if self._topology is None:
+            self._topology = Topology(dp=max(k // _LANE_BASE for k in named) + 1,
+                                      pp=max(p for p, _ in named.values()) + 1,
+                                      tp=max(t for _, t in named.values()) + 1)
+        topo, out = self._topology, {}
+        for k, (pp, tp) in named.items():
+            dp = k // _LANE_BASE
+            if dp >= topo.dp or pp >= topo.pp or tp >= topo.tp:
+                self.problems.report(0, f"events of pid {dp} (PP rank {pp}, TP rank {tp}) are skipped: outside the "
+                                     f"topology dp {topo.dp} x pp {topo.pp} x tp {topo.tp}", "layout")
+                continue
+            out[k] = int(topo.rank_of(dp, pp, tp))
+        if not out:
+            raise InputError(f"{self.path}: every event lane is outside the topology dp {topo.dp} x pp {topo.pp} x "
+                             f"tp {topo.tp}")
+        return out

@@ -1,0 +1,110 @@
+"""Our own straggler.jsonl (relax_straggler.reporters.jsonl): one report per line with
+"step", "stages" (names), "device_ms" ([[ms per stage] per rank], null = not run) and
+optionally "tokens" (per rank). Read line by line.
+
+Line problems (reported with the line number, the line skipped): invalid JSON, missing or
+mistyped fields, stage names outside the closed set, a device_ms row of the wrong length,
+negative or non-finite times, a step number seen before.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterator, Optional
+
+import numpy as np
+
+from relax_straggler.readers.base import InputError, Problems, StepTimes, Topology, empty_stage_row
+from relax_straggler.stages import STAGE_IDS
+
+
+class StragglerJsonlReader:
+    format = "straggler-jsonl"
+
+    def __init__(self, path: str, problems: Problems, topology: Optional[Topology] = None,
+                 meta: Optional[str] = None) -> None:
+        if meta is not None:
+            raise InputError(f"{path}: --meta applies to trace files; give --dp/--pp/--tp for straggler.jsonl")
+        self.path = path
+        self.problems = problems
+        self._topology = topology
+        self.total_bytes = os.path.getsize(path)
+        self.done_bytes = 0
+        self.records = 0
+        self._ranks = 0  # ranks of the first report; every report must have as many
+
+    def topology(self) -> Optional[Topology]:
+        return self._topology
+
+    def steps(self) -> Iterator[StepTimes]:
+        seen: set[int] = set()
+        with open(self.path, "rb") as f:
+            for number, raw in enumerate(f, start=1):
+                self.records = number
+                self.done_bytes += len(raw)
+                if not raw.strip():
+                    continue
+                step = self._parse(number, raw)
+                if step is None:
+                    continue
+                if seen and step.ranks.size != self._ranks:
+                    self.problems.report(number, f"{step.ranks.size} ranks, but the first report had {self._ranks}; "
+                                         "skipped", "layout")
+                    continue
+                self._ranks = step.ranks.size
+                if step.step in seen:
+                    self.problems.report(number, f"step {step.step} repeats an earlier line; skipped", "duplicate")
+                    continue
+                seen.add(step.step)
+                yield step
+        if not seen:
+            raise InputError(f"{self.path}: no usable report line" + (" (empty file)" if self.records == 0 else ""))
+
+    def _parse(self, line: int, raw: bytes) -> Optional[StepTimes]:
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            self.problems.report(line, f"not a JSON object: {exc}", "malformed")
+            return None
+        if not isinstance(rec, dict):
+            self.problems.report(line, "not a JSON object", "malformed")
+            return None
+        step, stages, device = rec.get("step"), rec.get("stages"), rec.get("device_ms")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            self.problems.report(line, "'step' must be an integer >= 0", "malformed")
+            return None
+        if not isinstance(stages, list) or not all(isinstance(s, str) for s in stages):
+            self.problems.report(line, "'stages' must be a list of stage names", "malformed")
+            return None
+        unknown = [s for s in stages if s not in STAGE_IDS]
+        if unknown or len(set(stages)) != len(stages):
+            what = f"unknown stage(s) {unknown}" if unknown else "repeated stage names"
+            self.problems.report(line, f"'stages': {what}", "unknown_op")
+            return None
+        rows_ok = isinstance(device, list) and all(isinstance(r, list) and len(r) == len(stages) for r in device)
+        if not rows_ok or not device:
+            self.problems.report(line, "'device_ms' must be a non-empty list of per-rank lists of "
+                                 f"{len(stages)} values", "malformed")
+            return None
+        ms = empty_stage_row(len(device))
+        cols = [STAGE_IDS[s] for s in stages]
+        for r, row in enumerate(device):
+            for c, x in zip(cols, row):
+                if x is None:
+                    continue
+                if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
+                    self.problems.report(line, f"device_ms[{r}]: {x!r} is not a time >= 0 ms", "bad_value")
+                    return None
+                ms[r, c] = x
+        tokens = rec.get("tokens")
+        tok = None
+        if tokens is not None:
+            if not isinstance(tokens, list) or len(tokens) != len(device) or not all(
+                    t is None or (isinstance(t, (int, float)) and not isinstance(t, bool)) for t in tokens):
+                self.problems.report(line, f"'tokens' must list one number or null per rank ({len(device)})",
+                                     "malformed")
+                return None
+            tok = np.array([np.nan if t is None else t for t in tokens], dtype=np.float64)
+        return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok)

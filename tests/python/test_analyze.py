@@ -1,0 +1,164 @@
+"""The analysis engine and the `relax-straggler analyze` command on small inputs: findings,
+the JSON summary, the heatmap, exit codes and error messages (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from relax_straggler.analysis import AnalyzeConfig, analyze, build_summary
+from relax_straggler.cli import main
+from relax_straggler.readers import InputError, Topology, open_source
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def fixture(name: str) -> str:
+    return os.path.join(FIXTURES, name)
+
+
+def summary_of(path: str, **kw) -> dict:
+    return build_summary(analyze(open_source(path, **kw), AnalyzeConfig()))
+
+
+def test_megatron_log_finds_the_slow_worker_with_its_tp_ranks():
+    s = summary_of(fixture("megatron_all.log"))
+    assert [(a["kind"], a["dp_rank"], a["pp_rank"], a["ranks"], a["stages"]) for a in s["anomalies"]] == [
+        ("individual", 0, 1, [4, 5], ["forward"])]
+    assert s["input"]["median_step_ms"] == pytest.approx(1235.0)
+    assert {r["rank"] for r in s["per_rank"]} == set(range(8))
+
+
+def test_jsonl_without_layout_compares_all_ranks():
+    s = summary_of(fixture("straggler.jsonl"))
+    assert [(a["kind"], a["ranks"], a["stages"]) for a in s["anomalies"]] == [("individual", [2], ["backward"])]
+    assert any("no parallel layout" in line for line in s["limitations"])
+
+
+def test_chrome_fixture_and_nodes():
+    s = build_summary(analyze(open_source(fixture("timeline-small.json")), AnalyzeConfig(), ranks_per_node=2))
+    a = s["anomalies"][0]
+    assert (a["kind"], a["dp_rank"], a["pp_rank"], a["ranks"], a["nodes"]) == ("individual", 1, 0, [1], [0])
+
+
+def test_minmax_log_is_inconclusive_and_says_why():
+    s = summary_of(fixture("megatron_minmax.log"))
+    assert s["verdict"]["status"] == "inconclusive"
+    assert "forward" in s["verdict"]["summary"] and "no rank can be named" in s["verdict"]["summary"]
+    stages = {x["stage"]: x for x in s["min_max"]["stages"]}
+    assert stages["forward"]["spread"] and not stages["backward"]["spread"]
+    assert stages["forward"]["widest_max_over_min"] == pytest.approx(1.6)
+    assert any("no rank or node can be named" in line for line in s["limitations"])
+    assert s["per_rank"] == [] and s["anomalies"] == []
+
+
+def test_single_rank_cannot_be_analyzed(tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_text(json.dumps({"step": 1, "stages": ["forward"], "device_ms": [[1.0]]}) + "\n")
+    with pytest.raises(InputError, match="single rank"):
+        analyze(open_source(str(path)), AnalyzeConfig())
+
+
+def test_single_rank_parquet_trace_exits_1(tmp_path, capsys):
+    path = tmp_path / "trace-one.parquet"
+    pq.write_table(pa.table({"dp_rank": [0, 0], "stage": [0, 0], "rank": [0, 0], "step": [1, 2],
+                             "optype": ["forward-compute"] * 2, "duration": [0.1, 0.1]}), path)
+    assert main(["analyze", str(path)]) == 1
+    assert "single rank" in capsys.readouterr().err
+
+
+def test_rank_outside_the_given_topology(tmp_path):
+    with pytest.raises(InputError, match="outside the topology"):
+        analyze(open_source(fixture("straggler.jsonl"), topology=Topology(dp=2, pp=1)), AnalyzeConfig())
+
+
+def test_summary_is_strict_json():
+    s = summary_of(fixture("megatron_all.log"))
+    json.dumps(s, allow_nan=False)
+
+
+# --- the command ---------------------------------------------------------------------------
+
+def test_cli_text_report(capsys):
+    assert main(["analyze", fixture("megatron_all.log"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "STRAGGLERS" in out and "dp 0 / pp 1" in out and "Slowest ranks" in out
+
+
+def test_cli_json_and_heatmap(tmp_path, capsys):
+    png, js = tmp_path / "h.png", tmp_path / "s.json"
+    assert main(["analyze", fixture("timeline-small.json.gz"), "--format", "json", "--heatmap", str(png),
+                 "--json", str(js), "--ranks-per-node", "2"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == json.loads(js.read_text())
+    assert out["anomalies"][0]["ranks"] == [1]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_thresholds_are_options(capsys):
+    # A relative threshold above the 2x slowdown hides the straggler.
+    assert main(["analyze", fixture("timeline-small.json"), "--format", "json", "--relative-threshold", "2.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["anomalies"] == []
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["/no/such/file.log"], 1, "no such file"),
+    (["{fx}/megatron_all.log", "--persistence", "0"], 2, "persistence must be in (0, 1]"),
+    (["{fx}/megatron_all.log", "--dp", "0"], 2, "dp must be >= 1"),
+    (["{fx}/straggler.jsonl", "--meta", "x.yaml"], 1, "--meta applies to trace files"),
+])
+def test_cli_errors_are_one_line_without_traceback(args, code, message, capsys):
+    args = [a.format(fx=FIXTURES) for a in args]
+    assert main(["analyze", *args, "--no-progress"]) == code
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_strict_stops_at_the_first_bad_line(tmp_path, capsys):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(open(fixture("straggler.jsonl")).read() + "{oops\n")
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["input"]["problems"]["total"] == 1
+    assert main(["analyze", str(path), "--strict"]) == 1
+    assert f"{path}:6:" in capsys.readouterr().err
+
+
+def test_cli_unreadable_file(tmp_path, capsys):
+    path = tmp_path / "dir.log"
+    path.mkdir()
+    assert main(["analyze", str(path)]) == 1
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_cli_bad_parquet_columns(tmp_path, capsys):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"rank": np.arange(3), "duration": np.ones(3)}), path)
+    assert main(["analyze", str(path)]) == 1
+    assert "missing column(s) dp_rank, stage, step, optype" in capsys.readouterr().err
+
+
+def test_pipeline_link_found_from_both_ends(tmp_path):
+    # dp 1 x pp 3, compute balanced; every step the stage 0 -> 1 activation transfer takes
+    # 200 ms on both ends (forward-send on pp 0, forward-recv on pp 1) against 10 ms elsewhere.
+    rows = []
+    for step in range(1, 5):
+        for pp in range(3):
+            rows += [(0, pp, pp, step, "forward-compute", 0.0, 0.1), (0, pp, pp, step, "backward-compute", 0.1, 0.2)]
+            ops = {0: ("forward-send", "backward-recv"), 1: ("forward-send", "forward-recv", "backward-send",
+                                                              "backward-recv"), 2: ("forward-recv", "backward-send")}
+            for op in ops[pp]:
+                slow = (pp, op) in ((0, "forward-send"), (1, "forward-recv"))
+                rows.append((0, pp, pp, step, op, 0.3, 0.2 if slow else 0.01))
+    names = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
+    path = tmp_path / "trace-link.parquet"
+    pq.write_table(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}), path)
+    s = summary_of(str(path))
+    assert [(a["kind"], a["ranks"], a["stages"], a["steps_flagged"]) for a in s["anomalies"]] == [
+        ("link", [0, 1], ["p2p"], 4)]
+    assert "between dp 0 / pp 0 and dp 0 / pp 1" in s["anomalies"][0]["evidence"][-1]
+    assert any(line.startswith("dp = 1") for line in s["limitations"])
