@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import threading
 from typing import Any, Callable, ContextManager, Optional, Sequence, Union
 
@@ -27,6 +28,7 @@ from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, build_report
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
+from relax_straggler.window import window_detector
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,7 @@ class Analyzer:
         self._pipeline: Optional[ReportPipeline] = None
         self._closables: list[Any] = []
         if self._gather.is_metrics_rank:
+            self._window = _window_detector(config, self._gather.world_size)
             self._summary = RunSummary()
             sinks: list[Any] = [self._summary]
             if report_fn is not None:
@@ -195,7 +198,9 @@ class Analyzer:
             self._pipeline.submit(pending, sample.step)
 
     def _build_report(self, pending: PendingRows, step: int) -> Report:
-        return build_report(unpack(pending.wait()), step, self.config, self.config.metrics_rank, self.counters())
+        report = build_report(unpack(pending.wait()), step, self.config, self.config.metrics_rank, self.counters())
+        report.metrics.update(self._window.observe(report))
+        return report
 
 
 def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:
@@ -206,6 +211,19 @@ def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:
     if not (torch.cuda.is_available() and ext().with_cuda):
         return False
     return any(p.is_cuda for m in models for p in m.parameters())
+
+
+def _window_detector(config: StragglerConfig, world_size: int) -> Any:
+    """The opt-in window ensemble (a null object when --straggler-window-every is 0). Ranks
+    map to nodes by LOCAL_WORLD_SIZE when the launcher sets it (torchrun does)."""
+    from relax_straggler.detect import WindowConfig
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
+    nodes = [r // local for r in range(world_size)] if local > 0 else None
+    # warmup_steps=0: the analyzer's own warm-up already kept early steps out of the reports.
+    window_config = WindowConfig(warmup_steps=0, vote_rule=config.window_vote_rule, min_algorithm_votes=config.window_min_votes,
+                                 min_slowdown=config.window_min_slowdown)
+    return window_detector(config.window_every, config.window_size, config=window_config, rank_to_node=nodes)
 
 
 _ACTIVE: Optional[Analyzer] = None

@@ -34,6 +34,11 @@ class StragglerConfig:
     max_events: int = 4096  # event-pool slots per step (two per timed section)
     device_events: str = "auto"  # "auto" (CUDA events when CUDA is in use), "cuda" or "cpu"
     collective_timing: bool = True  # wrap process-group backends to time every collective
+    window_every: int = 0  # run the window ensemble every N reports (0: off)
+    window_size: int = 100  # reports the window holds
+    window_vote_rule: str = "at_least"  # "at_least" (>= window_min_votes algorithms) or "most_votes"
+    window_min_votes: int = 3  # algorithms (of 6) that must agree
+    window_min_slowdown: float = 0.03  # a slow cluster is at least this much slower than the body
     attention_pattern: str = r"(Attention|Attn)$"  # module class names timed as `attention`
     moe_pattern: str = r"(MoELayer|MoE|SparseMoeBlock|SparseMoE|Experts)$"  # ... as `moe`
 
@@ -61,6 +66,16 @@ class StragglerConfig:
             raise bad("max-events", "must be an integer >= 2", self.max_events)
         if self.device_events not in ("auto", "cuda", "cpu"):
             raise bad("device-events", "must be 'auto', 'cuda' or 'cpu'", self.device_events)
+        if not _is_int(self.window_every) or self.window_every < 0:
+            raise bad("window-every", "must be an integer >= 0", self.window_every)
+        if not _is_int(self.window_size) or self.window_size < 2:
+            raise bad("window-size", "must be an integer >= 2", self.window_size)
+        if self.window_vote_rule not in ("at_least", "most_votes"):
+            raise bad("window-vote-rule", "must be 'at_least' or 'most_votes'", self.window_vote_rule)
+        if not _is_int(self.window_min_votes) or not 1 <= self.window_min_votes <= 6:
+            raise bad("window-min-votes", "must be an integer in [1, 6]", self.window_min_votes)
+        if not _is_finite(self.window_min_slowdown) or self.window_min_slowdown < 0:
+            raise bad("window-min-slowdown", "must be a finite number >= 0", self.window_min_slowdown)
         for flag, pattern in (("attention-pattern", self.attention_pattern), ("moe-pattern", self.moe_pattern)):
             try:
                 re.compile(pattern)
@@ -111,6 +126,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
                    help="Timing events per step (two per section).")
     g.add_argument("--straggler-device-events", type=str, default=d.device_events,
                    help="auto, cuda or cpu timing events.")
+    g.add_argument("--straggler-window-every", type=int, default=d.window_every,
+                   help="Run the six-clusterer window ensemble every N reports (0: off).")
+    g.add_argument("--straggler-window-size", type=int, default=d.window_size, help="Reports in the window.")
+    g.add_argument("--straggler-window-vote-rule", type=str, default=d.window_vote_rule,
+                   help="at_least (>= --straggler-window-min-votes algorithms agree) or most_votes.")
+    g.add_argument("--straggler-window-min-votes", type=int, default=d.window_min_votes,
+                   help="Algorithms that must agree before a rank is reported.")
+    g.add_argument("--straggler-window-min-slowdown", type=float, default=d.window_min_slowdown,
+                   help="Relative slowdown below which a slow cluster is ignored.")
     g.add_argument("--straggler-attention-pattern", type=str, default=d.attention_pattern,
                    help="Regex on module class names timed as the attention stage (with module stages).")
     g.add_argument("--straggler-moe-pattern", type=str, default=d.moe_pattern,
@@ -138,6 +162,11 @@ def from_args(args: argparse.Namespace) -> StragglerConfig:
         max_events=args.straggler_max_events,
         device_events=args.straggler_device_events,
         collective_timing=args.straggler_collective_timing,
+        window_every=args.straggler_window_every,
+        window_size=args.straggler_window_size,
+        window_vote_rule=args.straggler_window_vote_rule,
+        window_min_votes=args.straggler_window_min_votes,
+        window_min_slowdown=args.straggler_window_min_slowdown,
         attention_pattern=args.straggler_attention_pattern,
         moe_pattern=args.straggler_moe_pattern,
     )

@@ -106,8 +106,11 @@ class TimedBackend final : public c10d::Backend {
   at::Tensor allocateTensor(long size, at::TensorOptions options) override {
     return inner_->allocateTensor(size, options);
   }
-  void abort() override { inner_->abort(); }
-  void shutdown() override { inner_->shutdown(); }
+  // Not forwarded: the inner backend stays registered in the group under its own type,
+  // and ProcessGroup::shutdown/abort reach every registered backend; forwarding would
+  // stop the inner one twice.
+  void abort() override {}
+  void shutdown() override {}
 #endif
 #if RS_TORCH_AT_LEAST(2, 8)
   bool supportsTimeEstimation() const override { return inner_->supportsTimeEstimation(); }

@@ -33,12 +33,15 @@ def test_round_trip_of_every_flag():
                         "--straggler-jsonl", "x.jsonl", "--straggler-console", "--straggler-queue-size", "4",
                         "--straggler-max-events", "64", "--straggler-device-events", "cpu",
                         "--straggler-no-collective-timing", "--straggler-attention-pattern", "Attn$",
-                        "--straggler-moe-pattern", "Experts$"))
+                        "--straggler-moe-pattern", "Experts$", "--straggler-window-every", "5",
+                        "--straggler-window-size", "20", "--straggler-window-vote-rule", "most_votes",
+                        "--straggler-window-min-votes", "4", "--straggler-window-min-slowdown", "0.05"))
     assert c == StragglerConfig(enabled=True, interval=3, relative_threshold=1.5, absolute_ms_threshold=2.5,
                                 ref="median", enable_module_stages=True, warmup_steps=0, noise_floor_ms=0.0,
                                 metrics_rank=1, jsonl_path="x.jsonl", console=True, queue_size=4, max_events=64,
                                 device_events="cpu", collective_timing=False, attention_pattern="Attn$",
-                                moe_pattern="Experts$")
+                                moe_pattern="Experts$", window_every=5, window_size=20,
+                                window_vote_rule="most_votes", window_min_votes=4, window_min_slowdown=0.05)
 
 
 def test_every_field_has_a_flag():
@@ -69,7 +72,8 @@ def test_bad_flags_raise_value_error_naming_the_flag(argv, flag):
     ("interval", 0), ("interval", 2.5), ("interval", True), ("relative_threshold", math.nan),
     ("relative_threshold", 0.9), ("absolute_ms_threshold", -1.0), ("ref", "p50"), ("warmup_steps", -1),
     ("metrics_rank", -1), ("queue_size", 0), ("max_events", 1), ("device_events", "tpu"),
-    ("attention_pattern", "(unclosed"), ("moe_pattern", None),
+    ("attention_pattern", "(unclosed"), ("moe_pattern", None), ("window_every", -1), ("window_size", 1),
+    ("window_vote_rule", "all"), ("window_min_votes", 7), ("window_min_slowdown", math.inf),
 ])
 def test_bad_fields_raise(field, value):
     with pytest.raises(ValueError, match="--straggler-" + field.replace("_", "-")):

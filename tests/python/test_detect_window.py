@@ -203,3 +203,18 @@ def test_off_is_a_null_detector():
     assert isinstance(on, WindowDetector) and (on.every, on.window) == (10, 20)
     with pytest.raises(ValueError, match="every"):
         window_detector(-1)
+
+
+def test_absent_ranks_and_coverage_gaps():
+    ms = run(slow={6: 0.3})
+    ms[:, 30, :] = np.nan  # rank 30 reported nothing: absent, not a gap
+    ms[::3, 12, 2] = 0.0  # rank 12 timed the optimizer in 2 of 3 steps: above min_coverage (50 %)
+    r = detect.window(ms, STAGES)
+    assert r.absent_ranks == (30,)
+    assert r.votes[30] == 0
+    assert r.anomaly_ranks == (6,)
+    assert r.stages[2].status == "kept"
+    ms[12:, 13, 2] = np.nan  # rank 13 stops running the optimizer: a coverage gap drops the stage
+    r = detect.window(ms, STAGES)
+    assert r.stages[2].status == "coverage_gap"
+    assert r.anomaly_ranks == (6,)  # forward, backward and the late arrival still vote

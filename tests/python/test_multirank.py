@@ -9,7 +9,8 @@ WARMUP = 6
 
 def test_injected_forward_delay_names_rank_2(run_demo):
     reports, summary = run_demo(4, "--steps", "40", "--straggler-interval", "2", "--straggler-warmup-steps",
-                                str(WARMUP), "--inject-delay", "2:forward:30")
+                                str(WARMUP), "--inject-delay", "2:forward:30", "--straggler-window-every", "5",
+                                "--straggler-window-size", "10")
     assert [r["step"] for r in reports] == list(range(WARMUP, 40, 2))
     for r in reports:
         m = r["metrics"]
@@ -21,6 +22,11 @@ def test_injected_forward_delay_names_rank_2(run_demo):
         assert m["straggler/communication/top_rank"] == 2, r
         # Backward is compute only: the wait is not in it, so nobody is slow there.
         assert "backward" not in r["stragglers"], r
+    # The opt-in window ensemble runs on every 5th report over the last 10.
+    windows = [r["metrics"] for r in reports if "straggler/window/anomaly_ranks" in r["metrics"]]
+    assert len(windows) == 3
+    for m in windows:
+        assert m["straggler/window/anomaly_ranks"] == [2], m
     assert summary["loss_last"] < summary["loss_first"]
 
 
