@@ -54,8 +54,10 @@ class OurProbe:
     """relax_straggler as a user installs it: hooks time forward, backward (+ gradient
     sync) and optimizer; the script opens a data section and gives its workload."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, interval: int | None) -> None:
-        config = StragglerConfig(enabled=interval is not None, interval=interval or 1, warmup_steps=0)
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, interval: int | None,
+                 collective_timing: bool = True) -> None:
+        config = StragglerConfig(enabled=interval is not None, interval=interval or 1, warmup_steps=0,
+                                 collective_timing=collective_timing)
         self.analyzer = relax_straggler.install(model, optimizer, config=config)
         self._data = self.analyzer.section("data")
 
@@ -104,6 +106,7 @@ VARIANTS: dict[str, Factory] = {
     "ours/1": lambda model, optimizer, device: OurProbe(model, optimizer, 1),
     "ours/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10),
     "ours/100": lambda model, optimizer, device: OurProbe(model, optimizer, 100),
+    "ours-no-collectives/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10, collective_timing=False),
     "megatron-sync": _megatron,
     "nvrx/1": _nvrx(1),
     "nvrx/10": _nvrx(10),

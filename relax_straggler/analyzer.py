@@ -23,6 +23,7 @@ from relax_straggler._ext import ext
 from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
+from relax_straggler.stages import STAGES
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.payload import row_from_sample, unpack
@@ -33,23 +34,48 @@ from relax_straggler.window import window_detector
 log = logging.getLogger(__name__)
 
 _NULL_SECTION: ContextManager[None] = contextlib.nullcontext()
+_STAGE_NAMES = frozenset(STAGES)
 
 Models = Union[torch.nn.Module, Sequence[torch.nn.Module], None]
 
 
+def _workload(tokens: Any) -> float:
+    """tokens as a float: an int, float, numpy scalar or one-element tensor, finite and > 0.
+    Raises ValueError otherwise (the same with the analyzer on or off)."""
+    value = math.nan
+    if not isinstance(tokens, (bool, str, bytes)):
+        try:
+            value = float(tokens)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"set_workload: tokens must be a finite number > 0 (int, float, numpy or 1-element "
+                         f"tensor), got {tokens!r}")
+    return value
+
+
+def _check_stage(name: str) -> None:
+    from relax_straggler.stages import stage_id
+
+    stage_id(name)  # raises the ValueError listing the stages
+
+
 class NullAnalyzer:
-    """The analyzer when disabled: registers nothing, records nothing (invariant 1)."""
+    """The analyzer when disabled: registers nothing, records nothing (invariant 1). It
+    still checks its arguments, so turning the analyzer on never raises a new error."""
 
     enabled = False
 
     def section(self, name: str) -> ContextManager[None]:
+        if name not in _STAGE_NAMES:
+            _check_stage(name)
         return _NULL_SECTION
 
     def step(self) -> None:
         pass
 
-    def set_workload(self, tokens: float) -> None:
-        pass
+    def set_workload(self, tokens: Any) -> None:
+        _workload(tokens)
 
     def summary(self) -> None:
         return None
@@ -123,17 +149,14 @@ class Analyzer:
         try:
             return self._sections[name]
         except KeyError:
-            from relax_straggler.stages import stage_id
-
-            stage_id(name)  # raises the ValueError listing the stages
+            _check_stage(name)
             raise
 
-    def set_workload(self, tokens: float) -> None:
-        """This rank's work in the current step (e.g. tokens). When every rank gives it,
-        workload stages are compared per token. Raises ValueError unless finite and > 0."""
-        if not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
-            raise ValueError(f"set_workload: tokens must be a finite number > 0, got {tokens!r}")
-        self._tokens = float(tokens)
+    def set_workload(self, tokens: Any) -> None:
+        """This rank's work in the current step (e.g. tokens: an int, float, numpy scalar or
+        1-element tensor). When every rank gives it, workload stages are compared per token.
+        Raises ValueError unless finite and > 0."""
+        self._tokens = _workload(tokens)
 
     def step(self) -> None:
         """Ends the current step. Called by the optimizer post-hook; call it yourself only
@@ -175,7 +198,6 @@ class Analyzer:
     def uninstall(self) -> None:
         """Removes every hook, flushes pending reports and releases the side group.
         Collective when distributed: every rank must call it."""
-        global _ACTIVE
         self._hooks.remove()
         if self._collectives is not None:
             self._collectives.restore()
@@ -187,8 +209,8 @@ class Analyzer:
         self._gather.close()
         for c in self._closables:
             c.close()
-        if _ACTIVE is self:
-            _ACTIVE = None
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
 
     # internals -------------------------------------------------------------------------
     def _publish(self, sample: Any) -> None:
@@ -226,7 +248,7 @@ def _window_detector(config: StragglerConfig, world_size: int) -> Any:
     return window_detector(config.window_every, config.window_size, config=window_config, rank_to_node=nodes)
 
 
-_ACTIVE: Optional[Analyzer] = None
+_ACTIVE: list[Analyzer] = []  # installed analyzers, newest last (the module-level section() uses it)
 
 
 def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
@@ -243,20 +265,23 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     (default: the world). Collective when torch.distributed is initialized: every rank
     of the default group calls install() at the same point.
     Raises ValueError for a bad config, TypeError for an optimizer without step hooks.
+    A second analyzer installed while one is active is allowed (with a warning).
     """
-    global _ACTIVE
     config = config if config is not None else StragglerConfig(enabled=True)
     if not config.enabled:
         return NullAnalyzer()
+    if _ACTIVE:
+        log.warning("relax_straggler: another analyzer is already installed in this process; both will time "
+                    "the same steps (uninstall() the first unless that is intended)")
     models = [] if model is None else [model] if isinstance(model, torch.nn.Module) else list(model)
     if optimizer is not None and not hasattr(optimizer, "register_step_pre_hook"):
         raise TypeError(f"{type(optimizer).__name__} has no register_step_pre_hook (torch.optim.Optimizer has): "
                         "pass optimizer=None and call analyzer.step() once per step")
     analyzer = Analyzer(models, optimizer, config, report_fn, group)
-    _ACTIVE = analyzer
+    _ACTIVE.append(analyzer)
     return analyzer
 
 
 def section(name: str) -> ContextManager[Any]:
     """`with relax_straggler.section("data"):` on the installed analyzer; a no-op when none is."""
-    return _ACTIVE.section(name) if _ACTIVE is not None else _NULL_SECTION
+    return _ACTIVE[-1].section(name) if _ACTIVE else _NULL_SECTION

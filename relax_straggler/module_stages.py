@@ -120,7 +120,7 @@ class ModuleStageHooks:
                         break
         for stage in compiled:
             if stage not in self.matched:
-                log.warning("relax_straggler: no module class matches %r for the %s stage; it will not be reported",
+                log.info("relax_straggler: no module class matches %r for the %s stage; it will not be reported",
                             compiled[stage].pattern, stage)
 
     def _hook(self, module: torch.nn.Module, sid: int) -> None:

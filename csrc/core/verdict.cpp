@@ -120,19 +120,28 @@ std::int32_t best_of_kind(const std::vector<StageVerdict>& stages, StageKind kin
   return best;
 }
 
-// argmax of excess over stages, except that a communication stage whose late rank is
-// the rank slowest in the leading compute stage, with that compute excess covering at
-// least half of the wait it caused, is a consequence of the compute slowness, not a
-// cause: the compute stage is named.
+// argmax of excess over stages, except when a communication stage would win and its late
+// rank is slow in compute too: if that rank's compute excesses (summed over the compute
+// stages it leads) cover at least half the wait it caused, the late arrival is a
+// consequence and the compute stage where that rank is furthest behind is named instead.
 std::int32_t likely_bottleneck(const std::vector<StageVerdict>& stages, double noise_floor_ms) {
   const std::int32_t compute = best_of_kind(stages, StageKind::kCompute);
   const std::int32_t comm = best_of_kind(stages, StageKind::kCommunication);
   std::int32_t best = compute;
-  if (comm >= 0) {
+  if (comm >= 0 && (compute < 0 || stages[static_cast<std::size_t>(comm)].excess_ms >
+                                        stages[static_cast<std::size_t>(compute)].excess_ms)) {
     const StageVerdict& k = stages[static_cast<std::size_t>(comm)];
-    const bool explained = compute >= 0 && stages[static_cast<std::size_t>(compute)].top_rank == k.top_rank &&
-                           stages[static_cast<std::size_t>(compute)].excess_ms >= 0.5 * k.excess_ms;
-    if (compute < 0 || (!explained && k.excess_ms > stages[static_cast<std::size_t>(compute)].excess_ms)) best = comm;
+    double late_rank_excess = 0.0;
+    std::int32_t late_rank_stage = -1;
+    for (std::size_t i = 0; i < stages.size(); ++i) {
+      const StageVerdict& v = stages[i];
+      if (v.kind != StageKind::kCompute || v.top_rank != k.top_rank || !(v.excess_ms > 0.0)) continue;
+      late_rank_excess += v.excess_ms;
+      if (late_rank_stage < 0 || v.excess_ms > stages[static_cast<std::size_t>(late_rank_stage)].excess_ms) {
+        late_rank_stage = static_cast<std::int32_t>(i);
+      }
+    }
+    best = (late_rank_stage >= 0 && late_rank_excess >= 0.5 * k.excess_ms) ? late_rank_stage : comm;
   }
   if (best < 0 || !finite_at_least(stages[static_cast<std::size_t>(best)].excess_ms, noise_floor_ms)) return -1;
   // Zero noise floor: a stage with no spread at all is still no bottleneck.

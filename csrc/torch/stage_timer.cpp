@@ -127,7 +127,7 @@ void StageTimer::stop(int stage) {
   open_slot_[s] = kNoSlot;
 }
 
-std::int64_t StageTimer::comm_begin(CommOp op, bool comparable, std::int64_t bytes) {
+std::int64_t StageTimer::open_pair(std::vector<Pair>& pairs, int kind, bool comparable, std::int64_t bytes) {
   if (!sampled_.load(std::memory_order_relaxed)) return -1;
   std::lock_guard<std::mutex> lock(mu_);
   std::size_t slot = kNoSlot;
@@ -136,38 +136,33 @@ std::int64_t StageTimer::comm_begin(CommOp op, bool comparable, std::int64_t byt
     return -1;
   }
   record(slot);
-  comms_.push_back(Pair{static_cast<int>(op), slot, slot + 1, false, comparable, bytes});
-  return token_of(comms_.size() - 1);
+  pairs.push_back(Pair{kind, slot, slot + 1, false, comparable, bytes});
+  return token_of(pairs.size() - 1);
+}
+
+StageTimer::Pair* StageTimer::close_pair(std::vector<Pair>& pairs, std::int64_t token) {
+  Pair* p = pair_of(pairs, token);
+  if (p == nullptr) return nullptr;  // not recorded, already ended, or from an earlier step
+  record(p->end_slot);
+  p->ended = true;
+  return p;
+}
+
+std::int64_t StageTimer::comm_begin(CommOp op, bool comparable, std::int64_t bytes) {
+  return open_pair(comms_, static_cast<int>(op), comparable, bytes);
 }
 
 void StageTimer::comm_end(std::int64_t token, bool blocking) {
   std::lock_guard<std::mutex> lock(mu_);
-  Pair* p = pair_of(comms_, token);
-  if (p == nullptr) return;  // not recorded, already ended, or from an earlier step
-  record(p->end_slot);
-  p->ended = true;
-  if (blocking) waits_.push_back(Pair{-1, p->start_slot, p->end_slot, true, false, 0});
+  const Pair* p = close_pair(comms_, token);
+  if (p != nullptr && blocking) waits_.push_back(Pair{-1, p->start_slot, p->end_slot, true, false, 0});
 }
 
-std::int64_t StageTimer::wait_begin() {
-  if (!sampled_.load(std::memory_order_relaxed)) return -1;
-  std::lock_guard<std::mutex> lock(mu_);
-  std::size_t slot = kNoSlot;
-  if (!reserve_pair(slot)) {
-    ++dropped_collectives_;
-    return -1;
-  }
-  record(slot);
-  waits_.push_back(Pair{-1, slot, slot + 1, false, false, 0});
-  return token_of(waits_.size() - 1);
-}
+std::int64_t StageTimer::wait_begin() { return open_pair(waits_, -1, false, 0); }
 
 void StageTimer::wait_end(std::int64_t token) {
   std::lock_guard<std::mutex> lock(mu_);
-  Pair* p = pair_of(waits_, token);
-  if (p == nullptr) return;
-  record(p->end_slot);
-  p->ended = true;
+  close_pair(waits_, token);
 }
 
 double StageTimer::offset_ms(std::size_t slot) { return pool_->elapsed_ms(0, slot); }

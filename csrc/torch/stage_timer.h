@@ -105,6 +105,10 @@ class StageTimer {
   bool reserve_pair(std::size_t& start_slot);  // both slots; false when the pool is full
   std::int64_t token_of(std::size_t index) const;
   Pair* pair_of(std::vector<Pair>& pairs, std::int64_t token);
+  // A collective or wait pair: open records its start (sampled steps, pool permitting)
+  // and returns its token or -1; close records its end (caller holds mu_).
+  std::int64_t open_pair(std::vector<Pair>& pairs, int kind, bool comparable, std::int64_t bytes);
+  Pair* close_pair(std::vector<Pair>& pairs, std::int64_t token);
   void record(std::size_t slot);
   double offset_ms(std::size_t slot);  // from the step's first event (valid in end_step)
 

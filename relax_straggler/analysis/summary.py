@@ -32,6 +32,7 @@ import numpy as np
 from relax_straggler.analysis.engine import COLLECTIVE_STAGES, COMPUTE_STAGES, RunResult
 from relax_straggler.analysis.minmax import LIMITATIONS as MINMAX_LIMITATIONS
 from relax_straggler.readers import Topology
+from relax_straggler.reporters.jsonl import json_safe
 from relax_straggler.stages import STAGES
 
 CAUSES = {
@@ -43,20 +44,6 @@ CAUSES = {
     "node_network": "every pipeline transfer of this worker is slow: its node's network",
     "p2p_slow_steps": "this worker's pipeline transfers grow in the slow steps (PP = 2: no neighbour to cross-check)",
 }
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, (np.floating,)):
-        return _clean(float(x))
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
-    return x
 
 
 class _Workers:
@@ -169,7 +156,7 @@ def _ensemble_lines(ranks: list[int], ensemble: Optional[dict]) -> list[str]:
 
 
 def _per_rank(result: RunResult) -> list[dict]:
-    """Finite values only (built for speed: 16,384 ranks are common), so no _clean pass."""
+    """Finite values only (built for speed: 16,384 ranks are common), so no json_safe pass."""
     topo, stats = result.topology, result.stats
     ranks = np.flatnonzero(result.seen_ranks)
     mean_ms, slowdown = stats.mean_ms()[ranks].tolist(), stats.mean_slowdown()[ranks].tolist()
@@ -305,7 +292,7 @@ def build_summary(result: RunResult) -> dict:
             "stages": result.minmax.stages(result.config.relative_threshold, result.config.absolute_ms_threshold)},
         "limitations": _limitations(result),
     }
-    summary = _clean(summary)
+    summary = json_safe(summary)
     if result.run is not None:
         summary["per_rank"] = _per_rank(result)
     return summary

@@ -145,6 +145,10 @@ def run(args: argparse.Namespace) -> int:
                                                           device=device))
         result = parity.run_parity(factory, steps=args.steps, intervals=args.intervals, seed=args.seed,
                                    control=args.control, module_stages=args.module_stages)
+    except (ValueError, OSError, ImportError, RuntimeError, AttributeError) as exc:
+        # A bad option, script or device: exit 2, never 1 ("the analyzer changed the run").
+        log.error("parity could not run: %s: %s", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return 2
     finally:
         if started_group:
             dist.destroy_process_group()

@@ -14,16 +14,24 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
+
 from relax_straggler.report import Report
 
 
-def _clean(x: Any) -> Any:
+def json_safe(x: Any) -> Any:
+    """x with non-finite floats as None and numpy scalars as Python numbers, recursively
+    through dicts, lists and tuples (strict JSON has no NaN)."""
+    if isinstance(x, np.floating):
+        x = float(x)
     if isinstance(x, float) and not math.isfinite(x):
         return None
+    if isinstance(x, np.integer):
+        return int(x)
     if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
+        return {k: json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [json_safe(v) for v in x]
     return x
 
 
@@ -47,7 +55,7 @@ class JsonlSink:
             "likely_bottleneck": report.likely_bottleneck,
             "metrics": report.metrics,
         }
-        line = json.dumps(_clean(record), allow_nan=False)
+        line = json.dumps(json_safe(record), allow_nan=False)
         with self._lock:
             self._file.write(line + "\n")
             self._file.flush()

@@ -147,6 +147,16 @@ TEST(Verdict, LateArrivalExplainedByComputeNamesTheComputeStage) {
   EXPECT_NE(v.hints.find("stragglers also in communication"), std::string::npos);
 }
 
+TEST(Verdict, LateArrivalExplainedBySeveralComputeStages) {
+  // Rank 1 is 10 ms behind in forward and 12 ms in backward; rank 0 waits 22 ms for it.
+  // Each compute excess alone (5, 6 ms against the mean of 2 ranks) is under half the
+  // communication excess (11 ms), together they cover it: backward (the larger) is named.
+  auto m = rs::StepMatrix::from_rows(1, 2, {"forward", "backward", "communication"}, {10, 20, 22, 20, 32, 0});
+  auto v = rs::judge_step(m, rfc());
+  EXPECT_EQ(v.stages[2].top_rank, 1);
+  EXPECT_EQ(v.likely_bottleneck, 1);
+}
+
 TEST(Verdict, UnexplainedLateArrivalNamesCommunication) {
   // Compute is balanced; rank 1 arrives late for another reason (data, a link).
   auto m = rs::StepMatrix::from_rows(1, 3, {"forward", "communication"}, {10, 20, 10.5, 0.2, 10, 20});

@@ -3,7 +3,6 @@ DDP masking of a rank slow inside backward (invariants 7 and 8)."""
 
 import json
 
-import pytest
 
 from conftest import REPO, torchrun
 

@@ -89,10 +89,11 @@ def test_every_stage_is_measured_and_backward_is_not_zero():
             assert m[f"straggler/{stage}/local_ms"] > 0, stage
         assert "straggler/communication/local_ms" not in m  # not DDP: no gradient sync to time
     # The backward boundary comes from the autograd engine, not a module hook that fires
-    # at the start of backward for integer inputs (which reads ~0 ms). Backward of this
-    # MLP costs about as much as its forward; medians after the first (warm-up) steps.
+    # at the start of backward for integer inputs (which reads ~0 ms, under 1 % of forward).
+    # Backward of this MLP costs about as much as its forward; medians after the first
+    # (warm-up) steps, with room for a loaded machine.
     forward, backward = (np.median([m[f"straggler/{s}/local_ms"] for _, m in reports[2:]]) for s in ("forward", "backward"))
-    assert backward > 0.3 * forward
+    assert backward > 0.1 * forward
 
 
 def test_sampling_follows_interval_and_warmup():
@@ -171,13 +172,31 @@ def test_manual_step_without_optimizer_and_unknown_section():
     assert steps == [0, 1, 2]
 
 
-def test_workload_is_validated():
+@pytest.mark.parametrize("enabled", [True, False])
+def test_workload_and_stage_names_are_checked_the_same_on_and_off(enabled):
     model, opt = make()
-    analyzer = relax_straggler.install(model, opt, config=config())
-    for bad in (0, -5, math.nan, "10"):
+    analyzer = relax_straggler.install(model, opt, config=StragglerConfig(enabled=enabled, interval=1, warmup_steps=0))
+    for good in (32, 7.5, torch.tensor(32), np.int64(32), np.float32(3.0)):
+        analyzer.set_workload(good)
+    for bad in (0, -5, math.nan, "10", True, torch.tensor([1, 2])):
         with pytest.raises(ValueError, match="tokens"):
             analyzer.set_workload(bad)
+    with pytest.raises(ValueError, match="unknown stage 'dta'"):
+        analyzer.section("dta")
     analyzer.uninstall()
+
+
+def test_a_second_install_warns_and_uninstalling_it_keeps_the_first(caplog):
+    model, opt = make()
+    first = relax_straggler.install(model, opt, config=config())
+    with caplog.at_level(logging.WARNING, logger="relax_straggler"):
+        second = relax_straggler.install(model, opt, config=config())
+    assert any("already installed" in r.getMessage() for r in caplog.records)
+    assert relax_straggler.section("data") is second.section("data")
+    second.uninstall()
+    assert relax_straggler.section("data") is first.section("data")
+    first.uninstall()
+    assert hook_count(model, opt) == 0
 
 
 def test_optimizer_without_hooks_is_a_type_error():

@@ -165,7 +165,7 @@ class Net(nn.Module):
 def ddp_run(rank: int) -> dict:
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = nn.parallel.DistributedDataParallel(Net(0.040 if rank == 2 else 0.0))
+    model = nn.parallel.DistributedDataParallel(Net(0.060 if rank == 2 else 0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     reports, wall = [], []
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=3, noise_floor_ms=15.0)
