@@ -16,6 +16,7 @@ the flagged rank and stage.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -28,7 +29,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import relax_straggler
-from relax_straggler.demo import GPT, Batches, Contender, GPTConfig, inject_delays, load_corpus, parse_delays
+from relax_straggler.demo import (
+    GPT,
+    Batches,
+    Contender,
+    GPTConfig,
+    inject_delays,
+    load_corpus,
+    parse_delays,
+)
 
 log = logging.getLogger("train_gpt")
 
@@ -115,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:
         write_summary(args, analyzer, losses, step_ms, world)
     if distributed:
+        gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
         dist.destroy_process_group()
     return 0
 

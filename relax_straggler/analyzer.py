@@ -262,8 +262,9 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     a config with enabled=False returns a NullAnalyzer and registers nothing.
     report_fn(metrics: dict, step: int): called on the metrics rank, off the training
     thread, once per sampled step. group: the process group whose ranks are compared
-    (default: the world). Collective when torch.distributed is initialized: every rank
-    of the default group calls install() at the same point.
+    (default: the world), the same group on every process. Collective when
+    torch.distributed is initialized: every rank of the default group calls install() at
+    the same point.
     Raises ValueError for a bad config, TypeError for an optimizer without step hooks.
     A second analyzer installed while one is active is allowed (with a warning).
     """

@@ -16,6 +16,7 @@ With --nproc N > 1 and no torchrun around it, the command starts itself under
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     finally:
         if started_group:
+            gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
             dist.destroy_process_group()
     if rank == 0:
         _print(result)

@@ -9,6 +9,7 @@ Modes:
   ddp       DDP training with extra compute inside rank 2's backward
 """
 
+import gc
 import json
 import sys
 import time
@@ -141,6 +142,10 @@ def main() -> None:
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(result, fh)
+    # DDP models sit in reference cycles: collect them now, while Gloo's threads can still
+    # take the GIL to release tensors. Left to interpreter shutdown, a Gloo thread that
+    # needs the GIL then aborts the process (seen with and without the analyzer).
+    gc.collect()
     dist.destroy_process_group()
 
 

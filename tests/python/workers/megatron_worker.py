@@ -21,6 +21,7 @@ Usage: megatron_worker.py OUTPUT_JSON
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -184,6 +185,7 @@ def main() -> None:
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(result, fh)
+    gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 
 

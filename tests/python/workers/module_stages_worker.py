@@ -2,6 +2,7 @@
 recomputation, rank 1's attention slowed by 80 ms in backward. The metrics rank writes
 its reports. Usage (under torchrun): module_stages_worker.py OUTPUT_JSON"""
 
+import gc
 import json
 import sys
 import time
@@ -84,6 +85,7 @@ def main() -> None:
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(reports, fh)
+    gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 
 

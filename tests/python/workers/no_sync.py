@@ -4,6 +4,7 @@ thread during the steps (install and uninstall excluded). Each rank writes what 
 Usage (under torchrun): no_sync.py OUTPUT_JSON STEPS INTERVAL"""
 
 import functools
+import gc
 import json
 import sys
 import threading
@@ -73,6 +74,7 @@ def main() -> None:
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(everyone, fh)
+    gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 
 
