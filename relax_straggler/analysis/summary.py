@@ -200,7 +200,29 @@ def _limitations(result: RunResult) -> list[str]:
     return out
 
 
+# Fewer steps than this leave persistence meaningless (one step is "1 of 1").
+MIN_STEPS = 3
+# Beyond this fraction of rejected records the rows left cannot stand for the run.
+MAX_REJECTED_FRACTION = 0.5
+
+
+def _unusable(result: RunResult) -> Optional[dict]:
+    """An inconclusive verdict when the input cannot support one (the CLI exits 1), else None."""
+    records, rejected = result.source.records, result.source.problems.total
+    if records and rejected > MAX_REJECTED_FRACTION * records:
+        return {"status": "inconclusive", "reason": "rejected_input",
+                "summary": f"{rejected} of {records} records were rejected (see input.problems): fix the input or "
+                           "the --dp/--pp/--tp flags before reading a verdict"}
+    if result.topology is not None and result.steps < MIN_STEPS:
+        return {"status": "inconclusive", "reason": "too_few_steps",
+                "summary": f"only {result.steps} step(s): a persistent finding needs at least {MIN_STEPS}"}
+    return None
+
+
 def _verdict(anomalies: list[dict], result: RunResult) -> dict:
+    unusable = _unusable(result)
+    if unusable is not None:
+        return unusable
     individual = [a for a in anomalies if a["kind"] != "structural"]
     structural = [a for a in anomalies if a["kind"] == "structural"]
     parts = []

@@ -112,4 +112,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(text + "\n")
     else:
         render(summary, Console())
-    return 0
+    # Nothing can be concluded from this input: say so with the exit code too.
+    return 1 if summary["verdict"].get("reason") in ("rejected_input", "too_few_steps") else 0

@@ -162,3 +162,37 @@ def test_pipeline_link_found_from_both_ends(tmp_path):
         ("link", [0, 1], ["p2p"], 4)]
     assert "between dp 0 / pp 0 and dp 0 / pp 1" in s["anomalies"][0]["evidence"][-1]
     assert any(line.startswith("dp = 1") for line in s["limitations"])
+
+
+def test_a_verdict_needs_more_than_one_or_two_steps(tmp_path):
+    # The first two iterations of the fixture (lines 1-162): the slow worker is there, but
+    # "2 of 2 steps" is no persistence.
+    with open(fixture("megatron_all.log")) as f:
+        lines = f.readlines()[:162]
+    path = tmp_path / "two_steps.log"
+    path.write_text("".join(lines))
+    s = summary_of(str(path))
+    assert s["input"]["steps"] == 2
+    assert s["verdict"]["status"] == "inconclusive" and s["verdict"]["reason"] == "too_few_steps"
+    assert main(["analyze", str(path), "--no-progress", "--format", "json"]) == 1
+
+
+def test_layout_flags_that_reject_most_rows_are_inconclusive():
+    # ST is dp 2 x pp 4: declaring dp 3 rejects most rows; a "clean" verdict from the rest
+    # would be a false negative.
+    st = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "whatif-traces",
+                      "trace-ST.parquet")
+    assert main(["analyze", st, "--dp", "3", "--no-progress", "--format", "json"]) == 1
+    assert main(["analyze", st, "--no-progress", "--format", "json"]) == 0
+
+
+def test_dp2_worker_36_percent_slower_is_found(tmp_path):
+    # The fixture's slow worker (ranks 4-5, forward 600 ms vs ~295) made only 1.36x slower:
+    # against the other replica it is 1.36x; against the mean of both it would be ~1.15x.
+    with open(fixture("megatron_all.log")) as f:
+        text = f.read().replace("rank  4: 600.00", "rank  4: 400.00").replace("rank  5: 600.00", "rank  5: 400.00")
+    path = tmp_path / "mild.log"
+    path.write_text(text)
+    s = summary_of(str(path))
+    assert s["verdict"]["status"] == "stragglers", s["verdict"]
+    assert [sorted(a["ranks"]) for a in s["anomalies"]] == [[4, 5]]

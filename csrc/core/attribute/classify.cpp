@@ -62,9 +62,12 @@ StepClassification classify_step(const GridShape& shape, const WorkerStep& step,
       if (shape.dp < 2) continue;
       for (std::int32_t d = 0; d < shape.dp; ++d) {
         const double t = at(d, p, s);
-        if (!slower(t, ref_p, min_excess_ms, config)) continue;
+        // With two replicas the median of both is their mean, which halves the apparent
+        // slowdown: compare with the other replica instead.
+        const double ref_d = shape.dp == 2 ? at(1 - d, p, s) : ref_p;
+        if (!slower(t, ref_d, min_excess_ms, config)) continue;
         const std::int32_t w = shape.index(d, p);
-        out.flags.push_back({SlowKind::kIndividual, w, p, static_cast<std::int32_t>(s), t, ref_p});
+        out.flags.push_back({SlowKind::kIndividual, w, p, static_cast<std::int32_t>(s), t, ref_d});
         out.worker_slow[static_cast<std::size_t>(w)] = 1;
       }
     }

@@ -6,7 +6,8 @@
 // these as M_W, individual workers, and M_S, stage imbalance).
 //
 //   individual (dp >= 2): t[d,p] >= rel x ref_p  and  t[d,p] - ref_p >= max(abs_ms, impact)
-//       where ref_p = median over the dp replicas of stage p;
+//       where ref_p = median over the dp replicas of stage p (with dp = 2, the other
+//       replica: the median of two is their mean and would halve the slowdown);
 //   structural (pp >= 2): ref_p >= rel x ref  and  ref_p - ref >= max(abs_ms, impact)
 //       and every replica of p is >= rel x ref, where ref = median over stages of ref_p.
 //   impact = min_impact x budget (step_ms, or the largest per-worker compute sum).
