@@ -23,7 +23,7 @@ from relax_straggler._ext import ext
 from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
-from relax_straggler.stages import STAGES
+from relax_straggler.stages import STAGES, stage_id
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.payload import row_from_sample, unpack
@@ -55,8 +55,6 @@ def _workload(tokens: Any) -> float:
 
 
 def _check_stage(name: str) -> None:
-    from relax_straggler.stages import stage_id
-
     stage_id(name)  # raises the ValueError listing the stages
 
 
@@ -92,8 +90,6 @@ class Analyzer:
     def __init__(self, models: list[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
                  config: StragglerConfig, report_fn: Optional[Callable[[dict, int], None]],
                  group: Optional[dist.ProcessGroup]) -> None:
-        from relax_straggler.stages import STAGES, stage_id
-
         C = ext()
         self.config = config
         use_cuda = _use_cuda(config, models)
