@@ -41,11 +41,10 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler.demo import GPT, Batches, GPTConfig, load_corpus
+from relax_straggler.demo import GPT, Batches, GPTConfig, load_corpus, next_token_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from peers import NULL_SECTION, BareProbe, Probe  # noqa: E402  (benchmarks/peers, beside this file)
@@ -192,7 +191,7 @@ def main() -> None:
         probe.workload(x.numel())
         with probe.section("forward"):
             logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
+            loss = next_token_loss(logits, y)
         with probe.section("backward"):
             loss.backward()
         with probe.section("optimizer"):

@@ -26,7 +26,6 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 import relax_straggler
 from relax_straggler.demo import (
@@ -37,6 +36,7 @@ from relax_straggler.demo import (
     inject_delays,
     load_corpus,
     parse_delays,
+    train_step,
 )
 
 log = logging.getLogger("train_gpt")
@@ -107,11 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "data" in delays:
                     time.sleep(delays["data"])
             analyzer.set_workload(x.numel())
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss = train_step(model, optimizer, x, y)
             step_ms.append((time.perf_counter() - t0) * 1e3)
             losses.append(loss.item())
             if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):

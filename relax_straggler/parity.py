@@ -34,7 +34,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import relax_straggler
 from relax_straggler.analyzer import Analyzer, NullAnalyzer
@@ -329,7 +328,7 @@ def _corpus(max_bytes: int) -> torch.Tensor:
 def demo_factory(spec: DemoSpec = DemoSpec()) -> TrainingFactory:
     """The demo's training (relax_straggler.demo GPT, AdamW, a data section, a workload
     per step), wrapped in DistributedDataParallel when torch.distributed is initialized."""
-    from relax_straggler.demo import GPT, Batches, GPTConfig
+    from relax_straggler.demo import GPT, Batches, GPTConfig, train_step
 
     def factory(seed: int) -> ParityTraining:
         device = torch.device(spec.device)
@@ -345,12 +344,7 @@ def demo_factory(spec: DemoSpec = DemoSpec()) -> TrainingFactory:
             with analyzer.section("data"):
                 x, y = (t.to(device) for t in batches.next())
             analyzer.set_workload(x.numel())
-            logits = model(x)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            return loss.detach()
+            return train_step(model, optimizer, x, y)
 
         return ParityTraining(model=model, optimizer=optimizer, step=step)
 

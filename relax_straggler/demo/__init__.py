@@ -3,6 +3,6 @@ a character-level GPT, a corpus every machine has, and ways to make one rank slo
 
 from relax_straggler.demo.data import Batches, load_corpus
 from relax_straggler.demo.faults import Contender, inject_delays, parse_delays
-from relax_straggler.demo.gpt import GPT, GPTConfig
+from relax_straggler.demo.gpt import GPT, GPTConfig, next_token_loss, train_step
 
-__all__ = ["GPT", "GPTConfig", "Batches", "Contender", "inject_delays", "load_corpus", "parse_delays"]
+__all__ = ["GPT", "GPTConfig", "Batches", "Contender", "inject_delays", "load_corpus", "next_token_loss", "parse_delays", "train_step"]
