@@ -25,8 +25,17 @@ def test_injected_forward_delay_names_rank_2(run_demo):
     # The opt-in window ensemble runs on every 5th report over the last 10.
     windows = [r["metrics"] for r in reports if "straggler/window/anomaly_ranks" in r["metrics"]]
     assert len(windows) == 3
+    # Rank 2 is found in forward every time, with the most votes. With 4 ranks on 2 cores
+    # another rank may also cross the window's 3 % bar in a stage the load hits; never in
+    # forward, where only rank 2 is delayed.
     for m in windows:
-        assert m["straggler/window/anomaly_ranks"] == [2], m
+        assert 2 in m["straggler/window/anomaly_ranks"], m
+        assert "forward" in m["straggler/window/stages/2"].split(","), m
+        votes = {k: v for k, v in m.items() if k.startswith("straggler/window/votes/")}
+        assert votes["straggler/window/votes/2"] == max(votes.values()), m
+        for rank in m["straggler/window/anomaly_ranks"]:
+            if rank != 2:
+                assert "forward" not in m[f"straggler/window/stages/{rank}"].split(","), m
     assert summary["loss_last"] < summary["loss_first"]
 
 

@@ -1,0 +1,108 @@
+"""The metrics store's row and interface, shared by the sink, ingest, replay and the monitor.
+
+One row is one Megatron timer of one rank at one iteration, in the seed's
+``megatron_metrics`` layout:
+
+    timestamp  DateTime64 / float  s since the epoch, when the row was produced
+    job        String              job id
+    metric_name String             Megatron timer name (forward-compute, interval-time, ...)
+    subname    String              qualifier ('' when none; for example a microbatch or the
+                                   reduction 'max' of a minmax log)
+    rank       Int32               global rank
+    iteration  Int64               training iteration
+    node       String              host name of the rank
+    cluster    String              cluster name ('' when unknown)
+    metric_values Array(Float64)   the timer's values, ms (one value per row in practice)
+
+Stores are opened from a URL by relax_straggler.monitor.store.open_store:
+``file://DIR`` (embedded, the default) or ``clickhouse://HOST:PORT/DB`` (a ClickHouse server).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Protocol, Sequence
+
+
+# The timer whose value is a rank's whole iteration (Megatron's interval-time, ms).
+STEP_METRIC = "interval-time"
+
+
+class StoreError(Exception):
+    """The store cannot be reached or rejected a request; str() says which store and why."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One row of megatron_metrics (see the module docstring for units)."""
+
+    timestamp: float
+    job: str
+    metric_name: str
+    rank: int
+    iteration: int
+    values: tuple[float, ...]
+    subname: str = ""
+    node: str = ""
+    cluster: str = ""
+
+
+@dataclass(frozen=True)
+class IterationTime:
+    """One iteration of a job: step_ms = max over ranks of STEP_METRIC's first value, ms;
+    last_timestamp = newest row of that iteration, s since the epoch; ranks = how many
+    ranks reported STEP_METRIC."""
+
+    iteration: int
+    step_ms: float
+    last_timestamp: float
+    ranks: int
+
+
+class Store(Protocol):
+    """What the sink, ingest, replay and monitor need from a store. Every method raises
+    StoreError when the store is unreachable; callers retry (the monitor reconnects)."""
+
+    url: str
+
+    def write(self, samples: Sequence[Sample]) -> None:
+        """Appends rows (one batch; atomic per call where the backend allows)."""
+        ...
+
+    def iterations(self, job: str, after_iteration: int = -1, since: float = 0.0) -> list[IterationTime]:
+        """Iterations of `job` newer than `after_iteration` whose rows are not older than
+        `since` (s since the epoch), ascending."""
+        ...
+
+    def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
+        """Every row of `job` with first_iteration <= iteration <= last_iteration and
+        timestamp >= since, ordered by iteration then rank."""
+        ...
+
+    def jobs(self, since: float = 0.0) -> list[str]:
+        """Job ids with rows not older than `since`."""
+        ...
+
+    def ping(self) -> None:
+        """Returns when the store answers; raises StoreError otherwise."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+def parse_store_url(url: str) -> tuple[str, str, Optional[int], str]:
+    """(scheme, host_or_dir, port, database) of a store URL. Raises ValueError naming the URL."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        path = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
+        if not path:
+            raise ValueError(f"store URL {url!r}: file:// needs a directory, e.g. file:///var/lib/straggler")
+        return "file", path, None, ""
+    if parsed.scheme == "clickhouse":
+        if not parsed.hostname:
+            raise ValueError(f"store URL {url!r}: clickhouse:// needs a host, e.g. clickhouse://127.0.0.1:8123/default")
+        return "clickhouse", parsed.hostname, parsed.port or 8123, parsed.path.strip("/") or "default"
+    raise ValueError(f"store URL {url!r}: scheme must be file:// or clickhouse://")
