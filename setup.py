@@ -1,37 +1,49 @@
-"""Builds relax_straggler and its extension relax_straggler._C against the installed torch.
+"""Builds relax_straggler and its two extensions.
 
-A CPU torch gives a CppExtension; a torch built with CUDA adds the CUDA-event pool
-(csrc/torch/cuda_event_pool.cpp) and defines WITH_CUDA. The engine in csrc/core is
-compiled into the extension; CMakeLists.txt builds it alone for its C++ tests.
+relax_straggler._core: the torch-free engine (csrc/core) with its pybind11 bindings
+(csrc/python); the offline analysis and the monitor service need nothing else, so they
+start without loading torch.
+relax_straggler._C: the LibTorch glue (csrc/torch: stage timer, timed collective backend)
+against the installed torch. A CPU torch gives a CppExtension; a torch built with CUDA adds
+the CUDA-event pool (csrc/torch/cuda_event_pool.cpp) and defines WITH_CUDA.
+CMakeLists.txt builds csrc/core alone for its C++ tests.
 """
 
 import glob
 import os
 
+import pybind11
 import torch
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+WARNINGS = ["-O3", "-Wall", "-Wextra"]
 
 
-def _sources(with_cuda: bool) -> list[str]:
-    core = sorted(glob.glob("csrc/core/**/*.cpp", recursive=True))
+def _core_extension() -> Extension:
+    sources = sorted(glob.glob("csrc/core/**/*.cpp", recursive=True)) + sorted(glob.glob("csrc/python/*.cpp"))
+    return Extension(
+        name="relax_straggler._core",
+        sources=sources,
+        include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "python"), "/usr/include/eigen3"],
+        language="c++",
+        extra_compile_args={"cxx": ["-std=c++17", "-fvisibility=hidden", *WARNINGS, "-isystem", pybind11.get_include()]},
+    )
+
+
+def _torch_extension() -> Extension:
+    with_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
     glue = sorted(glob.glob("csrc/torch/*.cpp"))
     if not with_cuda:
         glue = [s for s in glue if not s.endswith("cuda_event_pool.cpp")]
-    return core + glue
-
-
-def _extension():
-    with_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
     kwargs = dict(
         name="relax_straggler._C",
-        sources=_sources(with_cuda),
-        include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "torch"), "/usr/include/eigen3"],
+        # The stage timer merges its intervals with the engine's csrc/core/intervals.
+        sources=["csrc/core/intervals.cpp", *glue],
+        include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "torch")],
         # torch's headers as system headers: -Wall -Wextra then report our code only.
-        extra_compile_args={"cxx": ["-O3", "-Wall", "-Wextra"]
-                            + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
+        extra_compile_args={"cxx": WARNINGS + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
     )
     if with_cuda:
         kwargs["define_macros"] = [("WITH_CUDA", None)]
@@ -48,7 +60,7 @@ setup(
     install_requires=["torch>=2.4", "numpy"],
     # RELAX_STRAGGLER_NO_EXT=1: install the package (editable) around an extension that
     # `setup.py build_ext --inplace` builds and rebuilds incrementally (make build).
-    ext_modules=[] if os.environ.get("RELAX_STRAGGLER_NO_EXT") else [_extension()],
+    ext_modules=[] if os.environ.get("RELAX_STRAGGLER_NO_EXT") else [_core_extension(), _torch_extension()],
     entry_points={"console_scripts": ["relax-straggler=relax_straggler.cli:main"]},
     cmdclass={"build_ext": cpp_extension.BuildExtension},
 )

@@ -62,7 +62,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relax_straggler._ext import ext  # noqa: E402
+from relax_straggler._ext import core  # noqa: E402
 from relax_straggler.detect import WindowConfig  # noqa: E402
 from relax_straggler.window import WindowDetector  # noqa: E402
 
@@ -159,7 +159,7 @@ Answers = list[tuple[int, frozenset[int]]]
 
 def per_step(relative: float, absolute: float, floor: float, ref: str, stages: tuple[int, ...]) -> Callable:
     def run(ms: np.ndarray) -> Answers:
-        C = ext()
+        C = core()
         cfg = C.VerdictConfig(relative, absolute, floor, C.Reference.MEAN if ref == "mean" else C.Reference.MEDIAN)
         names = [STAGES[j] for j in stages]
         out = []
@@ -204,7 +204,7 @@ class _Report:
 
 def _persistence(ms: np.ndarray, need: int = 3) -> dict[int, frozenset[int]]:
     """Greyhound rule on compute stages, within pipeline stage, `need` steps in a row."""
-    C = ext()
+    C = core()
     cfg = C.VerdictConfig(1.1, 1e9, 1.0, C.Reference.MEDIAN)
     group = np.arange(RANKS) // PER_GROUP
     streak = np.zeros(RANKS, dtype=int)

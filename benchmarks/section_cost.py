@@ -49,7 +49,7 @@ import torch.nn as nn
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler._ext import ext
+from relax_straggler._ext import core, ext
 from relax_straggler.aggregation import LocalGather, SideGroupGather
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import build_report, verdict_config
@@ -200,7 +200,7 @@ def publish_costs(repeats: int) -> dict[str, float]:
     rng = np.random.default_rng(0)
     for ranks in sorted({world, 1024}):
         matrix = rng.normal(40.0, 1.0, (ranks, len(STAGES)))
-        out[f"verdict, {ranks} ranks"] = per_call_ns(lambda m=matrix: C.judge_step(m, names, 0, vc), 200, repeats)
+        out[f"verdict, {ranks} ranks"] = per_call_ns(lambda m=matrix: core().judge_step(m, names, 0, vc), 200, repeats)
 
     rows = np.stack([row_from_sample(sample(0), 512.0, r) for r in range(world)])
     with tempfile.TemporaryDirectory() as tmp:

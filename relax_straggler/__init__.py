@@ -5,15 +5,42 @@
     with analyzer.section("data"):
         batch = next(loader)
 
-See README.md and docs/ for the metrics and the design.
+See README.md and docs/ for the metrics and the design. The public names load on first
+use, so the offline analysis and the monitor service (which never need torch) start
+without importing it.
 """
 
-from relax_straggler.analyzer import Analyzer, NullAnalyzer, install, section
-from relax_straggler.config import StragglerConfig, add_arguments, from_args
-from relax_straggler.report import Report
-from relax_straggler.stages import STAGES
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Analyzer", "NullAnalyzer", "Report", "STAGES", "StragglerConfig", "add_arguments", "from_args",
-           "install", "section", "__version__"]
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "Analyzer": "relax_straggler.analyzer",
+    "NullAnalyzer": "relax_straggler.analyzer",
+    "install": "relax_straggler.analyzer",
+    "section": "relax_straggler.analyzer",
+    "StragglerConfig": "relax_straggler.config",
+    "add_arguments": "relax_straggler.config",
+    "from_args": "relax_straggler.config",
+    "Report": "relax_straggler.report",
+    "STAGES": "relax_straggler.stages",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'relax_straggler' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

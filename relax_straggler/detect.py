@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 
 ALGORITHMS: tuple[str, ...] = ("kmeans", "dbscan", "gmm", "agglomerative", "mean_shift", "fuzzy_cmeans")
 
@@ -70,7 +70,7 @@ class WindowConfig:
         for name in ("dbscan_eps_scales", "mean_shift_quantiles", "fuzzifiers"):
             kwargs[name] = [float(v) for v in kwargs[name]]
         try:
-            return ext().detect.WindowConfig(**kwargs)
+            return core().detect.WindowConfig(**kwargs)
         except ValueError as exc:
             message = str(exc)
             for engine, ours in _ENGINE_NAMES.items():
@@ -189,7 +189,7 @@ def window(ms: np.ndarray, stages: Sequence[str], config: Optional[WindowConfig]
     native = cfg.native()
     nodes = _rank_map(rank_to_node, arr.shape[1], "rank_to_node")
     groups = _rank_map(rank_to_group, arr.shape[1], "rank_to_group")
-    r = ext().detect.detect_window(arr, names, native, nodes, groups)
+    r = core().detect.detect_window(arr, names, native, nodes, groups)
     return _result(r, cfg)
 
 
@@ -237,5 +237,5 @@ def cluster(points: np.ndarray, algorithm: str, *, weights: Optional[np.ndarray]
         raise ValueError(f"unknown algorithm {algorithm!r}; algorithms are: {', '.join(ALGORITHMS)}")
     pts = np.ascontiguousarray(points, dtype=np.float64)
     w = None if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
-    labels, chosen = ext().detect.cluster(pts, w, algorithm, (config or WindowConfig()).native())
+    labels, chosen = core().detect.cluster(pts, w, algorithm, (config or WindowConfig()).native())
     return np.asarray(labels, dtype=np.int32), chosen

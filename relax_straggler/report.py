@@ -29,7 +29,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.payload import Gathered
 from relax_straggler.stages import STAGES, WORKLOAD_STAGES, is_communication
@@ -59,7 +59,7 @@ class Report:
 
 
 def verdict_config(config: StragglerConfig):
-    C = ext()
+    C = core()
     ref = C.Reference.MEAN if config.ref == "mean" else C.Reference.MEDIAN
     return C.VerdictConfig(config.relative_threshold, config.absolute_ms_threshold, config.noise_floor_ms, ref)
 
@@ -132,7 +132,7 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     elif np.any(np.isfinite(tokens)):
         log.warning("relax_straggler: step %d: only some ranks set a workload; comparing raw times", step)
 
-    verdict = ext().judge_step(judged, list(stages), step, verdict_config(config))
+    verdict = core().judge_step(judged, list(stages), step, verdict_config(config))
     stragglers = {sv.stage: tuple(sv.stragglers) for sv in verdict.stages}
     top_ranks = {sv.stage: sv.top_rank for sv in verdict.stages}
     bottleneck = verdict.stages[verdict.likely_bottleneck].stage if verdict.likely_bottleneck >= 0 else None

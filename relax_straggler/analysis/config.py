@@ -28,11 +28,11 @@ class AnalyzeConfig:
     ensemble_steps: int = 0
 
     def engine_config(self):
-        """The relax_straggler._C.AttributionConfig. Raises ValueError naming a bad field."""
-        from relax_straggler._ext import ext
+        """The relax_straggler._core.AttributionConfig. Raises ValueError naming a bad field."""
+        from relax_straggler._ext import core
 
         if self.ensemble_steps < 0:
             raise ValueError(f"ensemble_steps must be >= 0, got {self.ensemble_steps}")
-        return ext().AttributionConfig(
+        return core().AttributionConfig(
             self.relative_threshold, self.absolute_ms_threshold, self.min_impact, self.p2p_ratio, self.jump_ratio,
             self.baseline_ratio, self.slow_step_ratio, self.slow_step_window, self.persistence)

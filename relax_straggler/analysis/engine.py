@@ -28,7 +28,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.analysis.ensemble import EnsembleWindow
 from relax_straggler.analysis.minmax import MinMaxSummary
@@ -103,7 +103,7 @@ class RankStats:
 
 @dataclass
 class RunResult:
-    """Everything the report needs. run: relax_straggler._C.RunAttribution."""
+    """Everything the report needs. run: relax_straggler._core.RunAttribution."""
 
     source: Source
     topology: Optional[Topology]
@@ -123,7 +123,7 @@ class _Run:
     def __init__(self, topology: Topology, config: AnalyzeConfig) -> None:
         self.topology = topology
         self.config = config
-        self.attributor = ext().RunAttributor(topology.dp, topology.pp, list(COMPUTE_STAGES), config.engine_config())
+        self.attributor = core().RunAttributor(topology.dp, topology.pp, list(COMPUTE_STAGES), config.engine_config())
         self.stats = RankStats.zeros(topology.world_size, topology.dp * topology.pp)
         self.seen = np.zeros(topology.world_size, dtype=bool)
         self.maps: dict[bytes, _WorkerMap] = {}

@@ -32,7 +32,7 @@ import numpy as np
 from relax_straggler.analysis.engine import COLLECTIVE_STAGES, COMPUTE_STAGES, RunResult
 from relax_straggler.analysis.minmax import LIMITATIONS as MINMAX_LIMITATIONS
 from relax_straggler.readers import Topology
-from relax_straggler.reporters.jsonl import json_safe
+from relax_straggler.serialization import json_safe
 from relax_straggler.stages import STAGES
 
 CAUSES = {

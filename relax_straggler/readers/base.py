@@ -31,7 +31,7 @@ from relax_straggler.stages import STAGES
 log = logging.getLogger(__name__)
 
 # Pipeline point-to-point operations, in the column order of StepTimes.p2p_ms (the same
-# order as relax_straggler._C.P2P_OPS).
+# order as relax_straggler._core.P2P_OPS).
 P2P_OPS: tuple[str, ...] = ("forward-send", "forward-recv", "backward-send", "backward-recv")
 
 # How many problems are kept with their message; all are counted.

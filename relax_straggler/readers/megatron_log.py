@@ -21,7 +21,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 from relax_straggler.readers.base import (P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, Topology,
                                           empty_stage_row)
 from relax_straggler.readers.op_trace import OpNames
@@ -51,7 +51,7 @@ class MegatronLogReader:
         return self._topology
 
     def steps(self) -> Iterator[Step]:
-        scanner = ext().TimerLogScanner()
+        scanner = core().TimerLogScanner()
         seen: set[tuple[int, str]] = set()
         count = blocks = 0
         with open(self.path, "rb") as f:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -196,3 +198,16 @@ def test_dp2_worker_36_percent_slower_is_found(tmp_path):
     s = summary_of(str(path))
     assert s["verdict"]["status"] == "stragglers", s["verdict"]
     assert [sorted(a["ranks"]) for a in s["anomalies"]] == [[4, 5]]
+
+
+def test_analysis_runs_without_importing_torch():
+    # The analysis needs only the torch-free engine (relax_straggler._core); loading torch
+    # would cost its start-up seconds on every `relax-straggler analyze`.
+    code = ("import sys\n"
+            "from relax_straggler.cli import main\n"
+            f"code = main(['analyze', {fixture('megatron_all.log')!r}, '--format', 'json'])\n"
+            "assert code == 0, code\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["verdict"]

@@ -1,4 +1,4 @@
-"""The RunAttributor binding (relax_straggler._C): shapes, errors and one worked case.
+"""The RunAttributor binding (relax_straggler._core): shapes, errors and one worked case.
 The rules themselves are pinned by tests/cpp/test_attribute.cpp."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 
 
 @pytest.fixture(scope="module")
 def C():
-    return ext()
+    return core()
 
 
 def test_individual_and_explained_wait(C):

@@ -20,7 +20,7 @@ from sklearn.datasets import make_blobs  # noqa: E402
 from sklearn.mixture import GaussianMixture  # noqa: E402
 
 from relax_straggler import detect  # noqa: E402
-from relax_straggler._ext import ext  # noqa: E402
+from relax_straggler._ext import core  # noqa: E402
 
 SEEDS = (0, 1, 2)
 
@@ -38,7 +38,7 @@ def ari(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kmeans(seed):
     x = blobs(seed)
-    ours = ext().detect.kmeans(x, None, 2, 3, seed)
+    ours = core().detect.kmeans(x, None, 2, 3, seed)
     theirs = skc.KMeans(2, n_init=3, random_state=seed).fit_predict(x)
     assert ari(ours, theirs) >= 0.95
 
@@ -47,7 +47,7 @@ def test_kmeans(seed):
 def test_dbscan(seed):
     x = blobs(seed)
     eps = 1.5
-    ours = ext().detect.dbscan(x, None, eps, 5.0)
+    ours = core().detect.dbscan(x, None, eps, 5.0)
     theirs = skc.DBSCAN(eps=eps, min_samples=5).fit_predict(x)
     assert ari(ours, theirs) >= 0.95
     assert (np.asarray(ours) == -1).sum() == (theirs == -1).sum()  # same noise points: core sets agree
@@ -57,7 +57,7 @@ def test_dbscan(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gaussian_mixture(seed, covariance):
     x = blobs(seed)
-    labels, bic = ext().detect.gaussian_mixture(x, None, covariance, 2, seed)
+    labels, bic = core().detect.gaussian_mixture(x, None, covariance, 2, seed)
     gm = GaussianMixture(2, covariance_type=covariance, random_state=seed).fit(x)
     assert ari(labels, gm.predict(x)) >= 0.95
     assert bic == pytest.approx(gm.bic(x), rel=1e-3)
@@ -67,7 +67,7 @@ def test_gaussian_mixture(seed, covariance):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_agglomerative(seed, linkage):
     x = blobs(seed)
-    ours = ext().detect.agglomerative(x, None, linkage, 2)
+    ours = core().detect.agglomerative(x, None, linkage, 2)
     theirs = skc.AgglomerativeClustering(2, linkage=linkage).fit_predict(x)
     assert ari(ours, theirs) >= 0.95
 
@@ -75,10 +75,10 @@ def test_agglomerative(seed, linkage):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mean_shift(seed):
     x = blobs(seed, n=160)
-    bw = ext().detect.estimate_bandwidth(x, None, 0.3)
+    bw = core().detect.estimate_bandwidth(x, None, 0.3)
     assert bw == pytest.approx(skc.estimate_bandwidth(x, quantile=0.3), rel=1e-9)
     for bins in (False, True):
-        ours = ext().detect.mean_shift(x, None, bw, bins)
+        ours = core().detect.mean_shift(x, None, bw, bins)
         theirs = skc.MeanShift(bandwidth=bw, bin_seeding=bins).fit_predict(x)
         assert ari(ours, theirs) >= 0.95
 
@@ -86,7 +86,7 @@ def test_mean_shift(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fuzzy_cmeans_equals_kmeans_on_blobs(seed):
     x = blobs(seed)
-    labels, membership = ext().detect.fuzzy_cmeans(x, None, 2.0, 2, seed)
+    labels, membership = core().detect.fuzzy_cmeans(x, None, 2.0, 2, seed)
     theirs = skc.KMeans(2, n_init=3, random_state=seed).fit_predict(x)
     assert ari(labels, theirs) >= 0.95
     np.testing.assert_allclose(np.asarray(membership).sum(axis=1), 1.0, atol=1e-12)
@@ -97,7 +97,7 @@ def test_validity_indices(seed):
     x = blobs(seed)
     labels = skc.KMeans(2, n_init=1, random_state=seed).fit_predict(x)
     labels[:3] = -1  # noise counts as one more cluster, as in sklearn
-    sil, ch, db = ext().detect.score_partition(x, None, labels.tolist())
+    sil, ch, db = core().detect.score_partition(x, None, labels.tolist())
     assert sil == pytest.approx(skm.silhouette_score(x, labels), rel=1e-9)
     assert ch == pytest.approx(skm.calinski_harabasz_score(x, labels), rel=1e-9)
     assert db == pytest.approx(skm.davies_bouldin_score(x, labels), rel=1e-9)

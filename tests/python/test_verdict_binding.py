@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 
-C = ext()
+C = core()
 
 
 def reference_verdict(ms: np.ndarray, stages: list[str], rel: float, abs_ms: float, floor: float, ref: str):

@@ -9,7 +9,7 @@ import numpy as np
 import torch.distributed as dist
 
 from relax_straggler import StragglerConfig
-from relax_straggler._ext import ext
+from relax_straggler._ext import core
 from relax_straggler.aggregation import SideGroupGather
 from relax_straggler.payload import pack, unpack
 from relax_straggler.report import build_report, verdict_config
@@ -40,14 +40,14 @@ def main() -> None:
             continue
         report = build_report(unpack(pending.wait()), step, config, 0, {})
         matrix = np.stack([synthetic(step, r) for r in range(world)])[:, :5]
-        core = ext().judge_step(matrix, list(STAGES[:5]), step, verdict_config(config))
+        verdict = core().judge_step(matrix, list(STAGES[:5]), step, verdict_config(config))
         results.append({
             "step": step,
             "same_matrix": bool(np.array_equal(report.judged_ms, matrix)),
             "report": {s: [report.top_ranks[s], list(report.stragglers[s])] for s in report.stages},
-            "core": {sv.stage: [sv.top_rank, list(sv.stragglers)] for sv in core.stages},
-            "bottleneck": [report.likely_bottleneck, core.stages[core.likely_bottleneck].stage],
-            "hints": [report.hints, core.hints],
+            "core": {sv.stage: [sv.top_rank, list(sv.stragglers)] for sv in verdict.stages},
+            "bottleneck": [report.likely_bottleneck, verdict.stages[verdict.likely_bottleneck].stage],
+            "hints": [report.hints, verdict.hints],
         })
     gather.close()
     if rank == 0:

@@ -17,7 +17,7 @@
 namespace py = pybind11;
 namespace at = relax_straggler::core::attribute;
 
-namespace relax_straggler::torch_ext {
+namespace relax_straggler::python {
 namespace {
 
 using Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
@@ -163,4 +163,4 @@ void bind_attribute(py::module_& m) {
       .def("finish", &at::RunAttributor::finish, "The run so far.");
 }
 
-}  // namespace relax_straggler::torch_ext
+}  // namespace relax_straggler::python

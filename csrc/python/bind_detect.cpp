@@ -1,5 +1,5 @@
 // Python bindings of the window detector (csrc/core/detect) as the submodule
-// relax_straggler._C.detect. relax_straggler/detect.py wraps it in plain dataclasses;
+// relax_straggler._core.detect. relax_straggler/detect.py wraps it in plain dataclasses;
 // call that instead. Every function releases the GIL while the engine runs, and
 // std::invalid_argument surfaces as ValueError.
 #include <pybind11/eigen.h>
@@ -18,7 +18,7 @@
 namespace py = pybind11;
 namespace rd = relax_straggler::core::detect;
 
-namespace relax_straggler::torch_ext {
+namespace relax_straggler::python {
 namespace {
 
 using Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
@@ -288,4 +288,4 @@ void bind_detect(py::module_& parent) {
       "Returns (silhouette, calinski_harabasz, davies_bouldin); labels -1 count as one cluster.");
 }
 
-}  // namespace relax_straggler::torch_ext
+}  // namespace relax_straggler::python

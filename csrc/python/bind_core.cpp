@@ -13,7 +13,7 @@
 namespace py = pybind11;
 namespace core = relax_straggler::core;
 
-namespace relax_straggler::torch_ext {
+namespace relax_straggler::python {
 namespace {
 
 using Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
@@ -95,4 +95,4 @@ void bind_core(py::module_& m) {
         "Raises ValueError on a shape mismatch or an invalid config.");
 }
 
-}  // namespace relax_straggler::torch_ext
+}  // namespace relax_straggler::python

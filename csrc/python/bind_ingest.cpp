@@ -13,7 +13,7 @@
 namespace py = pybind11;
 namespace ig = relax_straggler::core::ingest;
 
-namespace relax_straggler::torch_ext {
+namespace relax_straggler::python {
 namespace {
 
 const char* form_name(ig::BlockForm form) {
@@ -76,4 +76,4 @@ void bind_ingest(py::module_& m) {
       .def_property_readonly("values", &ig::TimerLogScanner::values);
 }
 
-}  // namespace relax_straggler::torch_ext
+}  // namespace relax_straggler::python
