@@ -89,9 +89,10 @@ class Analyzer:
 
     def __init__(self, models: list[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
                  config: StragglerConfig, report_fn: Optional[Callable[[dict, int], None]],
-                 group: Optional[dist.ProcessGroup]) -> None:
+                 group: Optional[dist.ProcessGroup], comparison_group: Optional[int] = None) -> None:
         C = ext()
         self.config = config
+        self._comparison_group = comparison_group
         use_cuda = _use_cuda(config, models)
         self._timer = C.StageTimer(len(STAGES), config.interval, config.warmup_steps, config.max_events, use_cuda)
         self._sections = {name: self._timer.section(stage_id(name)) for name in STAGES}
@@ -210,7 +211,7 @@ class Analyzer:
 
     # internals -------------------------------------------------------------------------
     def _publish(self, sample: Any) -> None:
-        row = row_from_sample(sample, self._tokens, self._gather.rank)
+        row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group)
         pending = self._gather.gather(row)
         if pending is not None and self._pipeline is not None:
             self._pipeline.submit(pending, sample.step)
@@ -249,7 +250,8 @@ _ACTIVE: list[Analyzer] = []  # installed analyzers, newest last (the module-lev
 
 def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
             config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
-            group: Optional[dist.ProcessGroup] = None) -> Union[Analyzer, NullAnalyzer]:
+            group: Optional[dist.ProcessGroup] = None,
+            comparison_group: Optional[int] = None) -> Union[Analyzer, NullAnalyzer]:
     """Attaches straggler analysis to a training loop.
 
     model: a module or a list of model chunks (virtual pipeline), or None for manual
@@ -260,8 +262,12 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     thread, once per sampled step. group: the process group whose ranks are compared
     (default: the world), the same group on every process. Collective when
     torch.distributed is initialized: every rank of the default group calls install() at
-    the same point.
-    Raises ValueError for a bad config, TypeError for an optimizer without step hooks.
+    the same point. comparison_group: this rank's group id (>= 0) when ranks do different
+    work by design, for example its pipeline-parallel rank: ranks are then judged only
+    against their own group and the spread between groups is reported as structural
+    imbalance (straggler/{stage}/imbalance_ratio). Give it on every rank or on none.
+    Raises ValueError for a bad config or comparison_group, TypeError for an optimizer
+    without step hooks.
     A second analyzer installed while one is active is allowed (with a warning).
     """
     config = config if config is not None else StragglerConfig(enabled=True)
@@ -274,7 +280,10 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     if optimizer is not None and not hasattr(optimizer, "register_step_pre_hook"):
         raise TypeError(f"{type(optimizer).__name__} has no register_step_pre_hook (torch.optim.Optimizer has): "
                         "pass optimizer=None and call analyzer.step() once per step")
-    analyzer = Analyzer(models, optimizer, config, report_fn, group)
+    if comparison_group is not None and (isinstance(comparison_group, bool) or not isinstance(comparison_group, int)
+                                         or comparison_group < 0):
+        raise ValueError(f"comparison_group must be an integer >= 0 or None, got {comparison_group!r}")
+    analyzer = Analyzer(models, optimizer, config, report_fn, group, comparison_group)
     _ACTIVE.append(analyzer)
     return analyzer
 

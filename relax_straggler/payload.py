@@ -1,49 +1,54 @@
 """The fixed-shape per-rank payload gathered on every sampled step.
 
 One float64 row per rank:
-  [step, tokens, rank, comparable_count]
+  [step, tokens, rank, comparable_count, group]
   (device_ms, host_ms, waited_ms, calls) for every stage in STAGES order
   comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
   spanning every analyzed rank, in issue order (late-arrival evidence)
-NaN marks "not measured" (no tokens given, stage not run, unused slot). Fixed size
+NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
+group given). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from relax_straggler.stages import STAGES
 
-HEADER = ("step", "tokens", "rank", "comparable_count")
+HEADER = ("step", "tokens", "rank", "comparable_count", "group")
 FIELDS = ("device_ms", "host_ms", "waited_ms", "calls")
 MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
+_H = len(HEADER)
 _BODY = len(FIELDS) * len(STAGES)
-ROW_LEN = len(HEADER) + _BODY + MAX_COMPARABLE
+ROW_LEN = _H + _BODY + MAX_COMPARABLE
 
 
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
-         waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = ()) -> np.ndarray:
-    """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run)."""
+         waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
+         group: Optional[int] = None) -> np.ndarray:
+    """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
+    group: the rank's comparison group id (>= 0) or None."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
-    row[0:4] = (step, tokens, rank, len(comparable))
-    body = row[4:4 + _BODY].reshape(len(STAGES), len(FIELDS))
+    row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group)
+    body = row[_H:_H + _BODY].reshape(len(STAGES), len(FIELDS))
     body[:, 0] = device_ms
     body[:, 1] = host_ms
     body[:, 2] = waited_ms
     body[:, 3] = calls
-    row[4 + _BODY:4 + _BODY + len(comparable)] = comparable
+    row[_H + _BODY:_H + _BODY + len(comparable)] = comparable
     return row
 
 
 @dataclass(frozen=True)
 class Gathered:
     """All ranks' rows of one sampled step, unpacked: (ranks,) or (ranks, stages) arrays,
-    comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank."""
+    comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank,
+    groups (ranks,) int64 comparison group ids, -1 where a rank gave none."""
 
     steps: np.ndarray
     tokens: np.ndarray
@@ -53,6 +58,7 @@ class Gathered:
     calls: np.ndarray
     comparable_count: np.ndarray
     comparable_ms: np.ndarray
+    groups: np.ndarray
 
     @property
     def num_ranks(self) -> int:
@@ -64,7 +70,7 @@ def unpack(rows: np.ndarray) -> Gathered:
     rows = np.asarray(rows, dtype=np.float64)
     if rows.ndim != 2 or rows.shape[1] != ROW_LEN:
         raise ValueError(f"payload rows must have shape (ranks, {ROW_LEN}), got {rows.shape}")
-    body = rows[:, 4:4 + _BODY].reshape(rows.shape[0], len(STAGES), len(FIELDS))
+    body = rows[:, _H:_H + _BODY].reshape(rows.shape[0], len(STAGES), len(FIELDS))
     return Gathered(
         steps=rows[:, 0].copy(),
         tokens=rows[:, 1].copy(),
@@ -73,12 +79,13 @@ def unpack(rows: np.ndarray) -> Gathered:
         waited_ms=body[:, :, 2].copy(),
         calls=body[:, :, 3].copy(),
         comparable_count=rows[:, 3].astype(np.int64),
-        comparable_ms=rows[:, 4 + _BODY:].copy(),
+        comparable_ms=rows[:, _H + _BODY:].copy(),
+        groups=np.nan_to_num(rows[:, HEADER.index("group")], nan=-1.0).astype(np.int64),
     )
 
 
-def row_from_sample(sample, tokens: float, rank: int) -> np.ndarray:
-    """Packs a StageTimer StepSample. When the collective layer timed collectives, the
+def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None) -> np.ndarray:
+    """Packs a StageTimer StepSample (group: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
     collective in flight and `communication/<op>` the summed durations per op."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
@@ -97,4 +104,4 @@ def row_from_sample(sample, tokens: float, rank: int) -> np.ndarray:
             device[sid] = host[sid] = ms
             waited[sid] = 0.0
             calls[sid] = n
-    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms)
+    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group)

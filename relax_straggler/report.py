@@ -10,6 +10,10 @@ Metric names (RFC #334, all under ``straggler/``; these never change meaning):
   {stage}/relative_score  the top rank's score, 0..1, lower is slower
   {stage}/top_rank        compute: slowest rank; communication: the rank that arrived last
   {stage}/num_stragglers  ranks flagged in the stage
+  {stage}/imbalance_ratio with comparison groups (pipeline stages): the largest group
+                          reference over the smallest, structural and not a straggler;
+                          ref_ms, max_ms, slowdown_ratio, relative_score and top_rank are
+                          then those of the group whose worst rank costs the most
   communication/blamed_rank    the rank that arrived last in most comparable collectives
   communication/wait_ms        mean over ranks of the time each waited for the last arriver
   communication/late_arrivals  collectives in which blamed_rank arrived last
@@ -52,6 +56,7 @@ class Report:
     hints: str
     metrics: dict[str, Any] = field(default_factory=dict)
     comm_wait_ms: Optional[np.ndarray] = None  # (ranks,) time each waited for late arrivals
+    groups: Optional[np.ndarray] = None  # (ranks,) comparison group ids when ranks were judged within groups
 
     @property
     def num_ranks(self) -> int:
@@ -108,6 +113,25 @@ def late_arrivals(gathered: Gathered, judged: np.ndarray) -> Optional[LateArriva
     return LateArrivals(int(np.argmax(late_counts)), late_counts, wait_ms, n)
 
 
+_warned_partial_groups = False
+
+
+def comparison_groups(groups: np.ndarray, step: int) -> Optional[np.ndarray]:
+    """The ranks' comparison group ids when every rank gave one and there are at least two
+    groups; else None (all ranks are compared with each other). Some ranks without a
+    group is a setup error: it is logged and the step is judged ungrouped."""
+    if np.all(groups < 0):
+        return None
+    if np.any(groups < 0):
+        global _warned_partial_groups
+        if not _warned_partial_groups:
+            _warned_partial_groups = True
+            log.warning("relax_straggler: step %d: ranks %s gave no comparison group while others did; comparing "
+                        "all ranks (logged once)", step, np.flatnonzero(groups < 0).tolist())
+        return None
+    return groups if np.unique(groups).size > 1 else None
+
+
 def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,
                  counters: dict[str, int]) -> Report:
     """Judges one step's gathered rows. counters: loss counters to publish with it."""
@@ -132,7 +156,9 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     elif np.any(np.isfinite(tokens)):
         log.warning("relax_straggler: step %d: only some ranks set a workload; comparing raw times", step)
 
-    verdict = core().judge_step(judged, list(stages), step, verdict_config(config))
+    groups = comparison_groups(gathered.groups, step)
+    verdict = core().judge_step(judged, list(stages), step, verdict_config(config),
+                                None if groups is None else groups.tolist())
     stragglers = {sv.stage: tuple(sv.stragglers) for sv in verdict.stages}
     top_ranks = {sv.stage: sv.top_rank for sv in verdict.stages}
     bottleneck = verdict.stages[verdict.likely_bottleneck].stage if verdict.likely_bottleneck >= 0 else None
@@ -149,6 +175,8 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         metrics[p + "relative_score"] = sv.relative_score
         metrics[p + "top_rank"] = sv.top_rank
         metrics[p + "num_stragglers"] = len(sv.stragglers)
+        if groups is not None:
+            metrics[p + "imbalance_ratio"] = sv.imbalance_ratio
     metrics["straggler/likely_bottleneck"] = bottleneck or "none"
     metrics["straggler/hints"] = verdict.hints
     metrics["straggler/num_stragglers"] = verdict.num_stragglers
@@ -174,4 +202,5 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         hints=verdict.hints,
         metrics=metrics,
         comm_wait_ms=None if late is None else late.wait_ms,
+        groups=groups,
     )

@@ -106,8 +106,10 @@ class WindowDetector:
             return {}
         self._since = 0
         ms, names = self._stack()
+        # The analyzer's comparison groups (pipeline stages) when no map was given.
+        groups = self.rank_to_group if self.rank_to_group is not None else getattr(report, "groups", None)
         self.last_result = detect_window(ms, names, self.config, rank_to_node=self._map(self.rank_to_node, ms),
-                                         rank_to_group=self._map(self.rank_to_group, ms))
+                                         rank_to_group=self._map(groups, ms))
         return self.last_result.metrics()
 
     def _stack(self) -> tuple[np.ndarray, list[str]]:

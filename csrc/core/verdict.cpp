@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 
 #include "core/stats.h"
 
@@ -149,8 +150,10 @@ std::int32_t likely_bottleneck(const std::vector<StageVerdict>& stages, double n
   return best;
 }
 
-std::string format_hints(const StepVerdict& v, const VerdictConfig& cfg) {
-  const char* ref_name = cfg.reference == Reference::kMean ? "mean" : "median";
+// grouped: ranks were judged within comparison groups (the reference is their group's).
+std::string format_hints(const StepVerdict& v, const VerdictConfig& cfg, bool grouped) {
+  const char* ref_name = cfg.reference == Reference::kMean ? (grouped ? "group mean" : "mean")
+                                                           : (grouped ? "group median" : "median");
   char buf[256];
   std::string out;
   if (v.likely_bottleneck < 0) {
@@ -174,7 +177,46 @@ std::string format_hints(const StepVerdict& v, const VerdictConfig& cfg) {
     also += v.stages[i].stage;
   }
   if (!also.empty()) out += "; stragglers also in " + also;
+  // The largest structural imbalance between groups, when it passes the relative rule.
+  const StageVerdict* worst = nullptr;
+  for (const StageVerdict& s : v.stages) {
+    if (std::isfinite(s.imbalance_ratio) && (worst == nullptr || s.imbalance_ratio > worst->imbalance_ratio)) worst = &s;
+  }
+  if (worst != nullptr && worst->imbalance_ratio >= cfg.relative_threshold) {
+    std::snprintf(buf, sizeof buf, "; structural imbalance in %s: %.2fx between groups", worst->stage.c_str(),
+                  worst->imbalance_ratio);
+    out += buf;
+  }
   return out;
+}
+
+void validate(const StepMatrix& matrix, const VerdictConfig& config) {
+  config.validate();
+  if (matrix.kinds.size() != matrix.stages.size()) {
+    throw std::invalid_argument("StepMatrix: kinds and stages differ in length");
+  }
+  if (matrix.num_ranks < 0 || matrix.ms.size() != static_cast<std::size_t>(matrix.num_ranks) * matrix.num_stages()) {
+    throw std::invalid_argument("StepMatrix: ms size does not match num_ranks x stages");
+  }
+}
+
+// The rows of one comparison group as a matrix of their own, with their row ids in `matrix`.
+std::pair<StepMatrix, std::vector<std::int32_t>> rows_of_group(const StepMatrix& matrix,
+                                                               const std::vector<std::int32_t>& groups, std::int32_t id) {
+  StepMatrix sub;
+  sub.step = matrix.step;
+  sub.stages = matrix.stages;
+  sub.kinds = matrix.kinds;
+  std::vector<std::int32_t> rows;
+  const std::size_t stages = matrix.num_stages();
+  for (std::size_t r = 0; r < groups.size(); ++r) {
+    if (groups[r] != id) continue;
+    rows.push_back(static_cast<std::int32_t>(r));
+    sub.ms.insert(sub.ms.end(), matrix.ms.begin() + static_cast<std::ptrdiff_t>(r * stages),
+                  matrix.ms.begin() + static_cast<std::ptrdiff_t>((r + 1) * stages));
+  }
+  sub.num_ranks = static_cast<std::int32_t>(rows.size());
+  return {std::move(sub), std::move(rows)};
 }
 
 }  // namespace
@@ -204,18 +246,78 @@ std::int32_t StepVerdict::num_stragglers() const {
 }
 
 StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config) {
-  config.validate();
-  if (matrix.kinds.size() != matrix.stages.size()) {
-    throw std::invalid_argument("StepMatrix: kinds and stages differ in length");
-  }
-  if (matrix.num_ranks < 0 || matrix.ms.size() != static_cast<std::size_t>(matrix.num_ranks) * matrix.num_stages()) {
-    throw std::invalid_argument("StepMatrix: ms size does not match num_ranks x stages");
-  }
+  validate(matrix, config);
   StepVerdict v;
   v.step = matrix.step;
   judge_stages(matrix, config, v);
   v.likely_bottleneck = likely_bottleneck(v.stages, config.noise_floor_ms);
-  v.hints = format_hints(v, config);
+  v.hints = format_hints(v, config, false);
+  return v;
+}
+
+StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config, const std::vector<std::int32_t>& groups) {
+  validate(matrix, config);
+  if (groups.size() != static_cast<std::size_t>(matrix.num_ranks)) {
+    throw std::invalid_argument("groups has " + std::to_string(groups.size()) + " entries, expected one per rank (" +
+                                std::to_string(matrix.num_ranks) + ")");
+  }
+  for (std::size_t r = 0; r < groups.size(); ++r) {
+    if (groups[r] < 0) throw std::invalid_argument("groups[" + std::to_string(r) + "] is negative");
+  }
+  std::vector<std::int32_t> ids(groups);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  if (ids.size() <= 1) return judge_step(matrix, config);
+
+  StepVerdict v;
+  v.step = matrix.step;
+  v.stages.resize(matrix.num_stages());
+  std::vector<double> mean_sums(matrix.num_stages(), 0.0);
+  std::vector<double> ref_lo(matrix.num_stages(), std::numeric_limits<double>::infinity());
+  std::vector<double> ref_hi(matrix.num_stages(), 0.0);
+  std::vector<int> refs_seen(matrix.num_stages(), 0);
+  for (std::int32_t id : ids) {
+    const auto [sub, rows] = rows_of_group(matrix, groups, id);
+    StepVerdict g;
+    judge_stages(sub, config, g);
+    for (std::size_t s = 0; s < g.stages.size(); ++s) {
+      const StageVerdict& gs = g.stages[s];
+      StageVerdict& out = v.stages[s];
+      if (gs.ranks_reporting == 0) continue;
+      mean_sums[s] += gs.mean_ms * gs.ranks_reporting;
+      out.ranks_reporting += gs.ranks_reporting;
+      for (std::int32_t r : gs.stragglers) out.stragglers.push_back(rows[static_cast<std::size_t>(r)]);
+      // Communication times between groups differ by waiting on each other (1F1B), not by work.
+      if (gs.kind == StageKind::kCompute && gs.ref_ms > 0.0) {
+        ref_lo[s] = std::min(ref_lo[s], gs.ref_ms);
+        ref_hi[s] = std::max(ref_hi[s], gs.ref_ms);
+        ++refs_seen[s];
+      }
+      // The group whose worst rank costs the most speaks for the stage.
+      if (out.top_rank < 0 || gs.excess_ms > out.excess_ms) {
+        const std::int32_t reporting = out.ranks_reporting;
+        std::vector<std::int32_t> stragglers = std::move(out.stragglers);
+        out = gs;
+        out.top_rank = rows[static_cast<std::size_t>(gs.top_rank)];
+        out.ranks_reporting = reporting;
+        out.stragglers = std::move(stragglers);
+      }
+    }
+  }
+  for (std::size_t s = 0; s < v.stages.size(); ++s) {
+    StageVerdict& out = v.stages[s];
+    out.stage = matrix.stages[s];
+    out.kind = matrix.kinds[s];
+    if (out.ranks_reporting == 0) {
+      out.ref_ms = out.mean_ms = out.max_ms = out.min_ms = out.slowdown_ratio = out.relative_score = out.excess_ms = kNaN;
+      continue;
+    }
+    out.mean_ms = mean_sums[s] / out.ranks_reporting;
+    out.imbalance_ratio = refs_seen[s] >= 2 ? ref_hi[s] / ref_lo[s] : kNaN;
+    std::sort(out.stragglers.begin(), out.stragglers.end());
+  }
+  v.likely_bottleneck = likely_bottleneck(v.stages, config.noise_floor_ms);
+  v.hints = format_hints(v, config, true);
   return v;
 }
 

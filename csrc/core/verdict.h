@@ -9,9 +9,15 @@
 // noise_floor_ms is our addition to the RFC rule: sub-millisecond stages (data
 // loading, tiny optimizers) otherwise trip the relative rule on jitter alone.
 // Setting it to 0 gives the RFC rule exactly.
+//
+// Comparison groups (our addition): ranks that do different work by design (the
+// pipeline stages of a PP job: the first holds the embedding, the last the loss) are
+// judged only against the ranks of their own group, and the spread between the groups'
+// references is reported as structural imbalance instead of as stragglers.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -49,6 +55,11 @@ struct StageVerdict {
   // What the slowest rank costs: max - ref (compute), ref - min (communication).
   double excess_ms = 0.0;
   std::vector<std::int32_t> stragglers;  // ascending rank ids
+  // Grouped verdicts, compute stages only: the largest group reference over the smallest
+  // (>= 1; NaN with fewer than two groups reporting; NaN for communication stages, whose
+  // times between groups differ by waiting on each other, not by work). ref/max/min/top_rank/slowdown/score/excess are then
+  // those of the group whose top rank costs the most; mean_ms is over all ranks.
+  double imbalance_ratio = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct StepVerdict {
@@ -65,5 +76,11 @@ struct StepVerdict {
 // Judges one sampled step. Complexity O(ranks x stages) (O(n) selection for the median).
 // Throws std::invalid_argument on an invalid config or a malformed matrix.
 StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config);
+
+// Judges each rank against its comparison group only: groups[r] is rank r's group id
+// (>= 0; for example its pipeline stage). Rank ids in the result are rows of `matrix`.
+// One distinct id gives exactly judge_step(matrix, config). Complexity O(ranks x stages).
+// Throws std::invalid_argument when groups.size() != num_ranks or an id is negative.
+StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config, const std::vector<std::int32_t>& groups);
 
 }  // namespace relax_straggler::core

@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,7 +25,7 @@ core::Values view_1d(const Array& a, const char* name) {
 }
 
 core::StepVerdict judge(const Array& ms, std::vector<std::string> stages, std::int64_t step,
-                        const core::VerdictConfig& config) {
+                        const core::VerdictConfig& config, const std::optional<std::vector<std::int32_t>>& groups) {
   if (ms.ndim() != 2) throw std::invalid_argument("ms must be a 2-D (ranks x stages) array, got " + std::to_string(ms.ndim()) + "-D");
   if (static_cast<std::size_t>(ms.shape(1)) != stages.size()) {
     throw std::invalid_argument("ms has " + std::to_string(ms.shape(1)) + " columns but " +
@@ -33,7 +34,8 @@ core::StepVerdict judge(const Array& ms, std::vector<std::string> stages, std::i
   const auto ranks = static_cast<std::int32_t>(ms.shape(0));
   std::vector<double> values(ms.data(), ms.data() + ms.size());
   py::gil_scoped_release release;  // the verdict never touches Python objects
-  return core::judge_step(core::StepMatrix::from_rows(step, ranks, std::move(stages), std::move(values)), config);
+  const auto matrix = core::StepMatrix::from_rows(step, ranks, std::move(stages), std::move(values));
+  return groups ? core::judge_step(matrix, config, *groups) : core::judge_step(matrix, config);
 }
 
 }  // namespace
@@ -81,7 +83,8 @@ void bind_core(py::module_& m) {
       .def_readonly("slowdown_ratio", &core::StageVerdict::slowdown_ratio)
       .def_readonly("relative_score", &core::StageVerdict::relative_score)
       .def_readonly("excess_ms", &core::StageVerdict::excess_ms)
-      .def_readonly("stragglers", &core::StageVerdict::stragglers);
+      .def_readonly("stragglers", &core::StageVerdict::stragglers)
+      .def_readonly("imbalance_ratio", &core::StageVerdict::imbalance_ratio);
 
   py::class_<core::StepVerdict>(m, "StepVerdict", "Verdict for one sampled step: one StageVerdict per column.")
       .def_readonly("step", &core::StepVerdict::step)
@@ -91,8 +94,11 @@ void bind_core(py::module_& m) {
       .def_property_readonly("num_stragglers", &core::StepVerdict::num_stragglers);
 
   m.def("judge_step", &judge, py::arg("ms"), py::arg("stages"), py::arg("step"), py::arg("config"),
-        "Judges one step. ms: float64 array (ranks, stages) in ms, NaN = not run; stages: names.\n"
-        "Raises ValueError on a shape mismatch or an invalid config.");
+        py::arg("groups") = py::none(),
+        "Judges one step. ms: float64 array (ranks, stages) in ms, NaN = not run; stages: names;\n"
+        "groups: optional comparison group id (>= 0) per rank, e.g. its pipeline stage: ranks are\n"
+        "then judged within their group and the spread between groups is imbalance_ratio.\n"
+        "Raises ValueError on a shape mismatch, bad groups or an invalid config.");
 }
 
 }  // namespace relax_straggler::python

@@ -346,10 +346,23 @@ def _device_events(config: StragglerConfig, models: Sequence[torch.nn.Module]) -
     return "cuda" if on_cuda and ext().with_cuda else "cpu"
 
 
+def _pipeline_rank() -> Optional[int]:
+    """This rank's pipeline-parallel rank when Megatron-Core's parallel state is set up with
+    PP > 1, else None."""
+    try:
+        from megatron.core import parallel_state
+    except ImportError:
+        return None
+    if not parallel_state.model_parallel_is_initialized() or parallel_state.get_pipeline_model_parallel_world_size() <= 1:
+        return None
+    return int(parallel_state.get_pipeline_model_parallel_rank())
+
+
 def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer: Any = None, *,
             config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
             group: Optional[dist.ProcessGroup] = None, model_config: Any = None,
-            module_patterns: Optional[Mapping[str, str]] = None) -> Union[MegatronAnalysis, NullMegatronAnalysis]:
+            module_patterns: Optional[Mapping[str, str]] = None,
+            comparison_group: Union[int, str, None] = "pipeline") -> Union[MegatronAnalysis, NullMegatronAnalysis]:
     """Attaches straggler analysis to a Megatron-Core training loop.
 
     model: the model chunks (a module or a list; virtual pipeline chunks accumulate
@@ -359,8 +372,13 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     that touches nothing. model_config: the object holding ``timers`` for the
     schedules; default ``megatron.core.utils.get_model_config(model[0])``.
     module_patterns: {stage: class-name regex} for --straggler-enable-module-stages.
-    report_fn and group: as relax_straggler.install. Collective when torch.distributed
-    is initialized: every rank calls it at the same point.
+    report_fn and group: as relax_straggler.install. comparison_group: "pipeline" (the
+    default) judges each rank against the data-parallel replicas of its own pipeline
+    stage when Megatron's parallel state has PP > 1 (the first and last stages do
+    different work by design: embedding, loss), and reports the spread between stages as
+    structural imbalance; an int is an explicit group id as in relax_straggler.install;
+    None compares all ranks. Collective when torch.distributed is initialized: every
+    rank calls it at the same point.
     Raises ValueError for a bad config or patterns, ImportError without megatron-core
     when model_config is not given.
     """
@@ -380,7 +398,8 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     analyzer_config = config.replace(enable_module_stages=False, device_events=_device_events(config, models))
     labels = StepLabels(capacity=4 * config.queue_size)
     analyzer = install_analyzer(None, None, config=analyzer_config, group=group,
-                                report_fn=_labelled(report_fn, labels) if report_fn is not None else None)
+                                report_fn=_labelled(report_fn, labels) if report_fn is not None else None,
+                                comparison_group=_pipeline_rank() if comparison_group == "pipeline" else comparison_group)
     # The analyzer is given no model: the module hooks are ours, gated to training steps.
     patterns = module_patterns if config.enable_module_stages else None
     analysis = MegatronAnalysis(analyzer, models, model_config, _optimizer_configs(optimizer),

@@ -204,3 +204,73 @@ TEST(Verdict, MalformedMatrixThrows) {
   m.ms.pop_back();
   EXPECT_THROW(rs::judge_step(m, rfc()), std::invalid_argument);
 }
+
+// Comparison groups: a 4-stage pipeline whose last stage does 1.5x the forward work (the
+// loss) by design, two data-parallel replicas per stage (groups 0 0 1 1 2 2 3 3).
+TEST(GroupedVerdict, StructuralDifferenceIsImbalanceNotStragglers) {
+  const std::vector<std::int32_t> groups{0, 0, 1, 1, 2, 2, 3, 3};
+  auto m = column("forward", {100, 100, 100, 100, 100, 100, 150, 150});
+  // Ungrouped, the last stage's ranks are stragglers: mean 112.5, 150 >= 135.
+  EXPECT_EQ(rs::judge_step(m, rfc()).stages[0].stragglers, (std::vector<std::int32_t>{6, 7}));
+  auto v = rs::judge_step(m, rfc(), groups);
+  const auto& s = v.stages[0];
+  EXPECT_TRUE(s.stragglers.empty());
+  EXPECT_DOUBLE_EQ(s.imbalance_ratio, 1.5);
+  EXPECT_DOUBLE_EQ(s.mean_ms, 112.5);  // over all ranks
+  EXPECT_EQ(s.ranks_reporting, 8);
+  EXPECT_EQ(v.likely_bottleneck, -1);
+  EXPECT_NE(v.hints.find("structural imbalance in forward: 1.50x"), std::string::npos) << v.hints;
+}
+
+TEST(GroupedVerdict, IndividualStragglerJudgedAgainstItsGroup) {
+  // Rank 2 (group 1) takes 130 against its peer's 100: group mean 115, 130 < 138 but
+  // 130 - 115 = 15 >= 5 ms. Rank 7 (150, the last stage's normal time) is not flagged.
+  const std::vector<std::int32_t> groups{0, 0, 1, 1, 2, 2, 3, 3};
+  auto v = rs::judge_step(column("forward", {100, 100, 130, 100, 100, 100, 150, 150}), rfc(), groups);
+  const auto& s = v.stages[0];
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{2}));
+  EXPECT_EQ(s.top_rank, 2);  // a row id of the whole matrix
+  EXPECT_DOUBLE_EQ(s.ref_ms, 115.0);  // its group's reference
+  EXPECT_DOUBLE_EQ(s.max_ms, 130.0);
+  EXPECT_DOUBLE_EQ(s.excess_ms, 15.0);
+  EXPECT_NEAR(s.slowdown_ratio, 130.0 / 115.0, 1e-12);
+  EXPECT_EQ(v.likely_bottleneck, 0);
+  EXPECT_NE(v.hints.find("rank 2 is slow in forward: 130.0 ms vs group mean 115.0 ms"), std::string::npos) << v.hints;
+}
+
+TEST(GroupedVerdict, CommunicationLateArrivalWithinGroup) {
+  // Group 1's all-reduce waits on rank 3 (shortest); group 0 is balanced.
+  const std::vector<std::int32_t> groups{0, 0, 1, 1, 1};
+  auto v = rs::judge_step(column("communication", {20, 20, 40, 5, 40}), rfc(), groups);
+  const auto& s = v.stages[0];
+  EXPECT_EQ(s.top_rank, 3);
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{3}));
+  EXPECT_DOUBLE_EQ(s.excess_ms, 85.0 / 3.0 - 5.0);
+  EXPECT_TRUE(std::isnan(s.imbalance_ratio));  // waiting, not work
+}
+
+TEST(GroupedVerdict, OneGroupIsTheUngroupedVerdict) {
+  auto m = column("backward", {100, 100, 100, 140});
+  auto a = rs::judge_step(m, rfc());
+  auto b = rs::judge_step(m, rfc(), {3, 3, 3, 3});
+  EXPECT_EQ(a.stages[0].stragglers, b.stages[0].stragglers);
+  EXPECT_EQ(a.stages[0].top_rank, b.stages[0].top_rank);
+  EXPECT_DOUBLE_EQ(a.stages[0].ref_ms, b.stages[0].ref_ms);
+  EXPECT_EQ(a.hints, b.hints);
+  EXPECT_TRUE(std::isnan(b.stages[0].imbalance_ratio));
+}
+
+TEST(GroupedVerdict, StageRunByOneGroupOnly) {
+  // The data stage runs on the first pipeline stage only: no imbalance to report.
+  const std::vector<std::int32_t> groups{0, 0, 1, 1};
+  auto v = rs::judge_step(column("data", {3, 3, kNaN, kNaN}), rfc(), groups);
+  EXPECT_EQ(v.stages[0].ranks_reporting, 2);
+  EXPECT_TRUE(std::isnan(v.stages[0].imbalance_ratio));
+  EXPECT_DOUBLE_EQ(v.stages[0].mean_ms, 3.0);
+}
+
+TEST(GroupedVerdict, RejectsBadGroups) {
+  auto m = column("forward", {1, 2, 3});
+  EXPECT_THROW(rs::judge_step(m, rfc(), {0, 1}), std::invalid_argument);
+  EXPECT_THROW(rs::judge_step(m, rfc(), {0, -1, 1}), std::invalid_argument);
+}

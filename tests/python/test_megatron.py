@@ -291,12 +291,21 @@ def test_same_verdicts_as_direct_hooks_and_pipeline_semantics_on_2_rank_megatron
             assert m["straggler/forward/top_rank"] == 1 and m["straggler/forward/num_stragglers"] == 1, m["straggler/hints"]
             assert m["straggler/backward/num_stragglers"] == 0
         assert a["straggler/likely_bottleneck"] == "forward"
-    # 1F1B over two pipeline stages, the last one 30 ms slower per microbatch: its forward
-    # is named, and the first stage's waits on it are in the p2p stages, where the slow
-    # stage is the one that waits least.
+    # 1F1B over two pipeline stages, the last one 30 ms slower per microbatch. Judged
+    # within pipeline stages (the default), one rank per stage has no peer: the difference
+    # is structural imbalance, not a straggler.
     pipelined = result["pipeline"]
     assert [s for s, _ in pipelined] == [102, 103, 104, 105]
     for _, m in pipelined:
+        assert m["straggler/num_stragglers"] == 0, m["straggler/hints"]
+        assert m["straggler/forward/imbalance_ratio"] > 2.0
+        assert "structural imbalance in forward" in m["straggler/hints"]
+    # Compared across stages, the slow stage's forward is named, and the first stage's
+    # waits on it are in the p2p stages, where the slow stage is the one that waits least.
+    ungrouped = result["pipeline_ungrouped"]
+    assert [s for s, _ in ungrouped] == [102, 103, 104, 105]
+    for _, m in ungrouped:
+        assert "straggler/forward/imbalance_ratio" not in m
         assert m["straggler/forward/top_rank"] == 1, m["straggler/hints"]
         assert m["straggler/forward/max_ms"] >= 3 * 30.0 * 0.95  # accumulated over the 3 microbatches
         for op in ("send", "recv"):
