@@ -114,6 +114,7 @@ class Analyzer:
         self._summary: Optional[RunSummary] = None
         self._pipeline: Optional[ReportPipeline] = None
         self._closables: list[Any] = []
+        self._store_sink: Any = None
         if self._gather.is_metrics_rank:
             self._window = _window_detector(config, self._gather.world_size)
             self._summary = RunSummary()
@@ -124,6 +125,12 @@ class Analyzer:
                 jsonl = JsonlSink(config.jsonl_path)
                 sinks.append(jsonl)
                 self._closables.append(jsonl)
+            if config.store_url:
+                from relax_straggler.monitor.sink import StoreSink  # the monitor's modules only when asked
+
+                self._store_sink = StoreSink(config.store_url)
+                sinks.append(self._store_sink)
+                self._closables.append(self._store_sink)
             if config.console:
                 sinks.append(ConsoleSink())
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size)
@@ -190,6 +197,7 @@ class Analyzer:
             "unmatched_stops": self._timer.unmatched_stops,
             "open_at_step_end": self._timer.open_at_step_end,
             "gather_stalls": self._gather.stalls,
+            **(self._store_sink.counters() if self._store_sink is not None else {}),
         }
 
     def uninstall(self) -> None:

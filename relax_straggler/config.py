@@ -29,6 +29,7 @@ class StragglerConfig:
     noise_floor_ms: float = 1.0  # excess below this is never a straggler (0 = the bare RFC rule)
     metrics_rank: int = 0  # rank (within the analyzed group) that judges and reports
     jsonl_path: Optional[str] = None  # append one JSON line per report here
+    store_url: Optional[str] = None  # write per-rank timers to this metrics store (file://, clickhouse://[?job=])
     console: bool = False  # print a table per report on the metrics rank
     queue_size: int = 64  # reports waiting for the sinks; beyond it reports are dropped and counted
     max_events: int = 4096  # event-pool slots per step (two per timed section)
@@ -60,6 +61,13 @@ class StragglerConfig:
             raise bad("noise-floor-ms", "must be a finite number >= 0", self.noise_floor_ms)
         if not _is_int(self.metrics_rank) or self.metrics_rank < 0:
             raise bad("metrics-rank", "must be an integer >= 0", self.metrics_rank)
+        if self.store_url is not None:
+            from relax_straggler.monitor.sink import split_sink_url
+
+            try:
+                split_sink_url(self.store_url)
+            except ValueError as exc:
+                raise bad("store", f"is not a store URL ({exc})", self.store_url) from None
         if not _is_int(self.queue_size) or self.queue_size < 1:
             raise bad("queue-size", "must be an integer >= 1", self.queue_size)
         if not _is_int(self.max_events) or self.max_events < 2:
@@ -119,6 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
                    help="Rank that judges and reports.")
     g.add_argument("--straggler-jsonl", dest="straggler_jsonl_path", type=str, default=d.jsonl_path,
                    help="Append one JSON line per report to this file.")
+    g.add_argument("--straggler-store", dest="straggler_store_url", type=str, default=d.store_url,
+                   help="Write per-rank stage times to this metrics store: file://DIR or "
+                        "clickhouse://HOST:PORT/DB, optionally ?job=ID (default job: the launcher's run id).")
     g.add_argument("--straggler-console", action="store_true", help="Print a table per report.")
     g.add_argument("--straggler-queue-size", type=int, default=d.queue_size,
                    help="Reports waiting for the sinks before new ones are dropped (and counted).")
@@ -157,6 +168,7 @@ def from_args(args: argparse.Namespace) -> StragglerConfig:
         noise_floor_ms=args.straggler_noise_floor_ms,
         metrics_rank=args.straggler_metrics_rank,
         jsonl_path=args.straggler_jsonl_path,
+        store_url=args.straggler_store_url,
         console=args.straggler_console,
         queue_size=args.straggler_queue_size,
         max_events=args.straggler_max_events,

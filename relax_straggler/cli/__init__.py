@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch")
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    # httpx logs every request at INFO (the ClickHouse store's polls); keep those for -v.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     return int(args.run(args) or 0)
 
 

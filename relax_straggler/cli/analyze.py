@@ -33,7 +33,7 @@ def register(subparsers) -> None:
         "analyze", help="Analyze a recorded run or trace offline.",
         description="Find straggler ranks in straggler.jsonl, Megatron timer logs, Chrome traces or per-op parquet "
                     "traces. See docs/ANALYZE.md.")
-    p.add_argument("path", help="input file")
+    p.add_argument("path", help="input file, or clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]")
     io = p.add_argument_group("input")
     io.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: detected)")
     io.add_argument("--strict", action="store_true", help="stop at the first malformed record instead of skipping it")

@@ -21,7 +21,9 @@ Stores are opened from a URL by relax_straggler.monitor.store.open_store:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional, Protocol, Sequence
+from typing import Iterable, Iterator, Optional, Protocol, Sequence
+
+import pyarrow as pa
 
 
 # The timer whose value is a rank's whole iteration (Megatron's interval-time, ms).
@@ -59,6 +61,46 @@ class IterationTime:
     ranks: int
 
 
+# The columnar form of a batch of rows (Store.write_table): one column per Sample field,
+# metric_values as a list of float64 (ms). Writers with many rows per call (replay, the
+# benchmark's load generator, a metrics rank gathering 1,024 ranks) build this directly
+# instead of one Sample object per row.
+SAMPLE_SCHEMA = pa.schema([
+    ("timestamp", pa.float64()),
+    ("job", pa.string()),
+    ("metric_name", pa.string()),
+    ("subname", pa.string()),
+    ("rank", pa.int32()),
+    ("iteration", pa.int64()),
+    ("node", pa.string()),
+    ("cluster", pa.string()),
+    ("metric_values", pa.list_(pa.float64())),
+])
+
+
+def samples_to_table(samples: Sequence[Sample]) -> pa.Table:
+    """The rows as a SAMPLE_SCHEMA table (len(samples) rows)."""
+    return pa.table({
+        "timestamp": [s.timestamp for s in samples],
+        "job": [s.job for s in samples],
+        "metric_name": [s.metric_name for s in samples],
+        "subname": [s.subname for s in samples],
+        "rank": [s.rank for s in samples],
+        "iteration": [s.iteration for s in samples],
+        "node": [s.node for s in samples],
+        "cluster": [s.cluster for s in samples],
+        "metric_values": [list(s.values) for s in samples],
+    }, schema=SAMPLE_SCHEMA)
+
+
+def table_to_samples(table: pa.Table) -> Iterable[Sample]:
+    """The rows of a SAMPLE_SCHEMA table as Samples, in table order."""
+    cols = table.select(SAMPLE_SCHEMA.names).to_pydict()
+    for ts, job, name, sub, rank, it, node, cluster, values in zip(*cols.values()):
+        yield Sample(timestamp=ts, job=job, metric_name=name, rank=rank, iteration=it, values=tuple(values),
+                     subname=sub, node=node, cluster=cluster)
+
+
 class Store(Protocol):
     """What the sink, ingest, replay and monitor need from a store. Every method raises
     StoreError when the store is unreachable; callers retry (the monitor reconnects)."""
@@ -67,6 +109,11 @@ class Store(Protocol):
 
     def write(self, samples: Sequence[Sample]) -> None:
         """Appends rows (one batch; atomic per call where the backend allows)."""
+        ...
+
+    def write_table(self, table: pa.Table) -> None:
+        """Appends the rows of a SAMPLE_SCHEMA table (the columnar form of write(); same
+        semantics). Raises ValueError when the table does not have SAMPLE_SCHEMA's columns."""
         ...
 
     def iterations(self, job: str, after_iteration: int = -1, since: float = 0.0) -> list[IterationTime]:

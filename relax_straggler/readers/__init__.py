@@ -10,6 +10,9 @@ first bytes when not given):
     chrome-trace      Chrome trace (JSON, optionally gzip) with Megatron timer op names
     parquet-trace     per-op parquet trace (dp_rank, stage, rank, step, optype, duration)
 
+and, instead of a file, a job in a ClickHouse megatron_metrics table:
+``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
+
 A new format registers a class with the Source protocol's constructor
 ``(path, problems, topology=None, meta=None)`` in READERS.
 """
@@ -62,8 +65,15 @@ def detect_format(path: str) -> str:
 
 def open_source(path: str, format: Optional[str] = None, strict: bool = False, topology: Optional[Topology] = None,
                 meta: Optional[str] = None) -> Source:
-    """Opens `path` with the reader for `format` (detected when None). Raises InputError
-    for a missing file, an unknown format, or a header the reader rejects."""
+    """Opens `path` with the reader for `format` (detected when None), or the ClickHouse
+    input ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
+    Raises InputError for a missing file, an unknown format, or a header the reader rejects."""
+    if path.startswith("clickhouse://"):
+        if format is not None or meta is not None:
+            raise InputError(f"{path}: --input-format and --meta apply to files, not to a ClickHouse input")
+        from relax_straggler.readers.clickhouse import open_clickhouse  # the store client only when asked
+
+        return open_clickhouse(path, strict=strict, topology=topology)
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not an input file")
     if not os.path.isfile(path):

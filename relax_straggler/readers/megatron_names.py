@@ -12,6 +12,10 @@
     <a>-send-<b>-recv -> communication/recv and the p2p column <b>-recv: the combined
         op returns when its receive completes, so its time is a receive wait.
 
+Stages without a Megatron timer are written by relax_straggler.monitor.sink as
+``straggler/<stage>`` (for example straggler/attention) and read back onto that stage;
+stage_timer_name gives the name a stage is written under.
+
 Timers whose time is already counted by another timer (parents such as forward-backward and
 interval-time; the optimizer's sub-steps optimizer-*, nested inside optimizer) and host-side
 events that are not stages (gc, checkpointing, setup) are known and excluded: counted in
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from relax_straggler.readers.base import P2P_OPS
-from relax_straggler.stages import STAGE_IDS
+from relax_straggler.stages import STAGE_IDS, stage_id
 
 _DIRECT = {
     "forward-compute": "forward",
@@ -41,6 +45,8 @@ _EXCLUDED = frozenset({
     "forward-backward", "interval-time", "gc", "save-checkpoint", "load-checkpoint",
     "model-and-optimizer-setup", "train/valid/test-data-iterators-setup", "forward-backward-send-forward-backward-recv",
 })
+_STAGE_TIMER = {stage: name for name, stage in _DIRECT.items()}
+_OUR_PREFIX = "straggler/"
 _COMBINED = re.compile(r"^(forward|backward)-send-(forward|backward)-recv$")
 
 
@@ -70,4 +76,14 @@ def timer_target(name: str) -> Optional[TimerTarget]:
         return TimerTarget(STAGE_IDS["communication/allreduce"])
     if name in _EXCLUDED or name.startswith("optimizer-"):
         return EXCLUDED
+    if name.startswith(_OUR_PREFIX) and name[len(_OUR_PREFIX):] in STAGE_IDS:
+        return TimerTarget(STAGE_IDS[name[len(_OUR_PREFIX):]])
     return None
+
+
+def stage_timer_name(stage: str) -> str:
+    """The timer name `stage` is written under: its Megatron timer when one maps onto it
+    alone (forward -> forward-compute), else straggler/<stage>. Raises ValueError for a
+    name outside STAGES."""
+    stage_id(stage)
+    return _STAGE_TIMER.get(stage, _OUR_PREFIX + stage)

@@ -49,3 +49,67 @@ def run_demo(tmp_path):
             return reports, json.load(fh)
 
     return run
+
+
+# ClickHouse ---------------------------------------------------------------------------
+CLICKHOUSE_SH = REPO / "tests" / "services" / "clickhouse.sh"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ClickHouseServer:
+    """A private clickhouse-server on 127.0.0.1 (tests/services/clickhouse.sh), its data in
+    `directory`. start() returns once it answers; stop() waits for it to exit."""
+
+    def __init__(self, directory: Path, port: int) -> None:
+        self.directory, self.port = directory, port
+
+    def url(self, database: str = "default") -> str:
+        return f"clickhouse://127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        self._run("start", str(self.port))
+
+    def stop(self) -> None:
+        self._run("stop")
+
+    def _run(self, command: str, *args: str) -> None:
+        proc = subprocess.run(["bash", str(CLICKHOUSE_SH), command, str(self.directory), *args],
+                              capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            raise AssertionError(f"clickhouse.sh {command} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+
+
+def require_clickhouse() -> None:
+    """Skips the test without clickhouse-server, or fails under CI=true, where `make setup`
+    must have installed it."""
+    import shutil
+
+    if shutil.which("clickhouse-server") or os.path.exists("/usr/sbin/clickhouse-server"):
+        return
+    message = "clickhouse-server is not installed: run `make setup` (it installs the Debian package)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def clickhouse_server(tmp_path_factory):
+    """The session's ClickHouseServer (started once, stopped at the end)."""
+    require_clickhouse()
+    server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse"), free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse_url(clickhouse_server) -> str:
+    """clickhouse://127.0.0.1:PORT/default of the session's private server."""
+    return clickhouse_server.url()

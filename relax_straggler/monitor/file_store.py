@@ -1,0 +1,442 @@
+"""The embedded store (``file://DIR``): append-only files, no server.
+
+Layout, one directory per job (the job id percent-encoded)::
+
+    DIR/jobs/<job>/seg-000001.arrows   frames, appended: 12-byte header (b"RSF1", payload
+                                        bytes, crc32 of the payload) + one Arrow IPC stream
+                                        (zstd buffers) holding one write's rows of this job
+    DIR/jobs/<job>/index.jsonl         one line per frame, written after the frame:
+                                        {"seg", "off", "len", "rows",
+                                         "its": [[iteration, step_ms, first_ts, last_ts, ranks], ...]}
+    DIR/jobs/<job>/lock                 flock'd by writers around each append
+
+Concurrency: writers (any number of processes) append whole frames under the job's lock;
+readers never lock. A reader sees only frames named by complete index lines, and the index
+line is written after its frame, so a reader never sees half a write. `iterations()` reads
+only the index lines added since its last call (the per-iteration aggregates are kept in
+memory), so polling a 1,024-rank job costs one small read.
+
+Recovery: the first write of a process to a job (and any write that finds the segment
+longer than it left it) checks the segment's tail. Complete frames missing from the index
+(a writer died between frame and index line) are indexed again; a torn frame (a writer died
+mid-frame) is reported in `problems` and the log, and writing continues in a new segment,
+so no earlier row is lost and the torn bytes are never read. A torn last index line is cut
+before it is rewritten from its frame.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import math
+import os
+import struct
+import threading
+import zlib
+from bisect import bisect_right, insort
+from dataclasses import dataclass, field
+from typing import Iterator, Optional, Sequence
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+
+from relax_straggler.monitor.store_base import (SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError,
+                                                samples_to_table, table_to_samples)
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RSF1"
+_HEADER = struct.Struct("<4sII")  # magic, payload bytes, crc32(payload)
+# A segment is closed once it passes this size; the next write starts a new one.
+SEGMENT_BYTES = 64 << 20
+# Problems kept with their message (all are logged).
+MAX_PROBLEMS = 100
+_FRAME_SCHEMA = pa.schema([f for f in SAMPLE_SCHEMA if f.name != "job"])  # the job is the directory
+_IPC_OPTIONS = ipc.IpcWriteOptions(compression="zstd")
+
+
+def _job_dir_name(job: str) -> str:
+    if not job:
+        raise ValueError("job id must not be empty")
+    name = quote(job, safe="")
+    return "%2E" + name[1:] if name.startswith(".") else name  # never "." or ".."
+
+
+def _segment_name(number: int) -> str:
+    return f"seg-{number:06d}.arrows"
+
+
+@dataclass
+class _Entry:
+    """One index line: a frame and its per-iteration aggregates."""
+
+    seg: int
+    off: int
+    length: int
+    rows: int
+    its: list  # [[iteration, step_ms or None, first_ts, last_ts, ranks], ...]
+
+
+@dataclass
+class _JobIndex:
+    """What a reader knows of one job: index bytes consumed, frames, per-iteration entries."""
+
+    offset: int = 0
+    entries: list = field(default_factory=list)
+    by_iteration: dict = field(default_factory=dict)  # iteration -> [(step_ms, first_ts, last_ts, ranks), ...]
+    order: list = field(default_factory=list)  # iterations ascending
+
+
+@dataclass
+class _Writer:
+    """What a writer process knows of one job: its lock file and where it last appended."""
+
+    lock_fd: int
+    seg: int = 0
+    end: int = -1  # -1: not yet checked
+
+
+class FileStore:
+    """The file store at `directory`. Implements store_base.Store.
+
+    create: make the directory when missing (else a missing one raises StoreError).
+    problems: torn or corrupt frames found (messages naming the file and offset)."""
+
+    def __init__(self, directory: str, url: Optional[str] = None, create: bool = True) -> None:
+        self.directory = os.path.abspath(directory)
+        self.url = url or f"file://{self.directory}"
+        self._jobs_dir = os.path.join(self.directory, "jobs")
+        if create:
+            try:
+                os.makedirs(self._jobs_dir, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{self.url}: cannot create {self._jobs_dir}: {exc.strerror}") from None
+        elif not os.path.isdir(self._jobs_dir):
+            raise StoreError(f"{self.url}: the store directory {self._jobs_dir} is missing")
+        self._indexes: dict[str, _JobIndex] = {}
+        self._writers: dict[str, _Writer] = {}
+        self._lock = threading.Lock()  # the in-memory indexes and writers (the monitor reads from threads)
+        self.problems: list[str] = []
+
+    # --- writing ---------------------------------------------------------------------
+
+    def write(self, samples: Sequence[Sample]) -> None:
+        """Appends rows, one frame per job. Raises StoreError (I/O), ValueError (empty job id)."""
+        if samples:
+            self.write_table(samples_to_table(samples))
+
+    def write_table(self, table: pa.Table) -> None:
+        """Appends a SAMPLE_SCHEMA table, one frame per job. Raises ValueError on missing or
+        mistyped columns or an empty job id, StoreError on I/O errors."""
+        missing = [f.name for f in SAMPLE_SCHEMA if f.name not in table.column_names]
+        if missing:
+            raise ValueError(f"write_table: missing column(s) {missing}; expected {SAMPLE_SCHEMA.names}")
+        try:
+            table = table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ValueError(f"write_table: columns do not match {SAMPLE_SCHEMA}: {exc}") from None
+        if table.num_rows == 0:
+            return
+        _check_rows(table)
+        jobs = pc.unique(table.column("job")).to_pylist()
+        for job in jobs:
+            rows = table if len(jobs) == 1 else table.filter(pc.equal(table.column("job"), job))
+            self._append(job, rows.drop_columns(["job"]))
+
+    def _append(self, job: str, rows: pa.Table) -> None:
+        payload = _encode(rows)
+        entry_its = _iteration_aggregates(rows)
+        header = _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload))
+        job_dir = os.path.join(self._jobs_dir, _job_dir_name(job))
+        try:
+            with self._lock:
+                writer = self._writers.get(job)
+                if writer is None:
+                    os.makedirs(job_dir, exist_ok=True)
+                    fd = os.open(os.path.join(job_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+                    writer = self._writers[job] = _Writer(fd)
+                fcntl.flock(writer.lock_fd, fcntl.LOCK_EX)
+                try:
+                    self._check_tail(job_dir, writer)
+                    seg_path = os.path.join(job_dir, _segment_name(writer.seg))
+                    with open(seg_path, "ab") as f:
+                        f.write(header + payload)
+                    off = writer.end
+                    writer.end += len(header) + len(payload)
+                    self._append_index(job_dir, _Entry(writer.seg, off, len(header) + len(payload), rows.num_rows,
+                                                       entry_its))
+                    if writer.end >= SEGMENT_BYTES:
+                        writer.seg, writer.end = writer.seg + 1, 0
+                finally:
+                    fcntl.flock(writer.lock_fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot append to job {job!r} in {job_dir}: {exc}") from None
+
+    def _append_index(self, job_dir: str, entry: _Entry) -> None:
+        line = json.dumps({"seg": entry.seg, "off": entry.off, "len": entry.length, "rows": entry.rows,
+                           "its": entry.its}, separators=(",", ":"))
+        with open(os.path.join(job_dir, "index.jsonl"), "ab") as f:
+            f.write(line.encode() + b"\n")
+
+    def _check_tail(self, job_dir: str, writer: _Writer) -> None:
+        """Makes (writer.seg, writer.end) the end of the last good frame (see the module
+        docstring: re-indexes complete frames, moves past a torn one). Holds the job lock."""
+        if writer.end >= 0:
+            try:
+                if os.path.getsize(os.path.join(job_dir, _segment_name(writer.seg))) == writer.end:
+                    return
+            except FileNotFoundError:
+                if writer.end == 0:
+                    return
+        segments = sorted(int(n[4:10]) for n in os.listdir(job_dir) if n.startswith("seg-") and n.endswith(".arrows"))
+        entries = self._cut_torn_index_line(job_dir)
+        writer.seg = segments[-1] if segments else 1
+        indexed_end = max((e["off"] + e["len"] for e in entries if e["seg"] == writer.seg), default=0)
+        seg_path = os.path.join(job_dir, _segment_name(writer.seg))
+        if not os.path.exists(seg_path):
+            writer.end = 0
+            return
+        with open(seg_path, "rb") as f:
+            f.seek(indexed_end)
+            data = f.read()  # only what follows the last indexed frame
+        pos = 0
+        while pos < len(data):
+            frame = _frame_at(data, pos)
+            if frame is None:
+                self._problem(f"{seg_path}: torn or corrupt frame at byte {indexed_end + pos} of "
+                              f"{indexed_end + len(data)} (a writer stopped mid-write); the earlier frames are kept, "
+                              "writing continues in a new segment")
+                writer.seg, writer.end = writer.seg + 1, 0
+                return
+            rows = _decode(frame)
+            self._append_index(job_dir, _Entry(writer.seg, indexed_end + pos, _HEADER.size + len(frame),
+                                               rows.num_rows, _iteration_aggregates(rows)))
+            log.info("%s: frame at byte %d was missing from the index; indexed again", seg_path, indexed_end + pos)
+            pos += _HEADER.size + len(frame)
+        writer.end = indexed_end + pos
+        if writer.end >= SEGMENT_BYTES:
+            writer.seg, writer.end = writer.seg + 1, 0
+
+    def _cut_torn_index_line(self, job_dir: str) -> list[dict]:
+        """The index's complete lines; a torn last line (no newline) is cut off."""
+        path = os.path.join(job_dir, "index.jsonl")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            self._problem(f"{path}: torn last line ({len(data) - end} bytes) cut; its frame is indexed again")
+            with open(path, "r+b") as f:
+                f.truncate(end)
+        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+    # --- reading ---------------------------------------------------------------------
+
+    def iterations(self, job: str, after_iteration: int = -1, since: float = 0.0) -> list[IterationTime]:
+        """Iterations of `job` after `after_iteration` that have STEP_METRIC rows, ascending.
+        An index entry (one write's rows of one iteration) counts when its oldest row is not
+        older than `since`. Raises StoreError when the store directory is gone."""
+        with self._lock:
+            index = self._refresh(job)
+            out = []
+            for it in index.order[bisect_right(index.order, after_iteration):]:
+                parts = [p for p in index.by_iteration[it] if p[1] >= since and p[3] > 0 and math.isfinite(p[0])]
+                if parts:
+                    out.append(IterationTime(iteration=it, step_ms=max(p[0] for p in parts),
+                                             last_timestamp=max(p[2] for p in parts), ranks=sum(p[3] for p in parts)))
+            return out
+
+    def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
+        """Rows of `job` in [first_iteration, last_iteration] not older than `since`, ordered
+        by iteration then rank. Raises StoreError when the store directory is gone."""
+        table = self.table(job, first_iteration, last_iteration, since)
+        return iter(table_to_samples(table))
+
+    def table(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> pa.Table:
+        """samples() as a SAMPLE_SCHEMA table."""
+        with self._lock:
+            entries = [e for e in self._refresh(job).entries
+                       if any(first_iteration <= it[0] <= last_iteration for it in e.its)]
+        job_dir = os.path.join(self._jobs_dir, _job_dir_name(job))
+        parts = []
+        files: dict[int, object] = {}
+        try:
+            for e in entries:
+                f = files.get(e.seg)
+                if f is None:
+                    f = files[e.seg] = open(os.path.join(job_dir, _segment_name(e.seg)), "rb")
+                f.seek(e.off)
+                frame = _frame_at(f.read(e.length), 0)
+                if frame is None:
+                    self._problem(f"{job_dir}/{_segment_name(e.seg)}: indexed frame at byte {e.off} fails its "
+                                  "checksum; its rows are skipped")
+                    continue
+                parts.append(_decode(frame))
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot read job {job!r}: {exc}") from None
+        finally:
+            for f in files.values():
+                f.close()
+        if not parts:
+            return SAMPLE_SCHEMA.empty_table()
+        rows = pa.concat_tables(parts)
+        it, ts = rows.column("iteration"), rows.column("timestamp")
+        rows = rows.filter(pc.and_(pc.and_(pc.greater_equal(it, first_iteration), pc.less_equal(it, last_iteration)),
+                                   pc.greater_equal(ts, since)))
+        rows = rows.take(pc.sort_indices(rows, [("iteration", "ascending"), ("rank", "ascending")]))
+        rows = rows.append_column("job", pa.array([job] * rows.num_rows, pa.string()))
+        return rows.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
+
+    def jobs(self, since: float = 0.0) -> list[str]:
+        """Job ids with an index entry whose oldest row is not older than `since`, sorted."""
+        try:
+            names = sorted(os.listdir(self._jobs_dir))
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot list {self._jobs_dir}: {exc.strerror}") from None
+        out = []
+        with self._lock:
+            for name in names:
+                job = unquote(name)
+                index = self._refresh(job)
+                if any(p[1] >= since for it in index.order for p in index.by_iteration[it]):
+                    out.append(job)
+        return out
+
+    def ping(self) -> None:
+        """Returns when the store directory is there and writable; raises StoreError otherwise."""
+        if not os.path.isdir(self._jobs_dir) or not os.access(self._jobs_dir, os.R_OK | os.W_OK | os.X_OK):
+            raise StoreError(f"{self.url}: {self._jobs_dir} is missing or not readable and writable")
+
+    def close(self) -> None:
+        with self._lock:
+            for writer in self._writers.values():
+                os.close(writer.lock_fd)
+            self._writers.clear()
+            self._indexes.clear()
+
+    def _refresh(self, job: str) -> _JobIndex:
+        """Reads the index lines of `job` added since the last call. Holds self._lock."""
+        index = self._indexes.setdefault(job, _JobIndex())
+        path = os.path.join(self._jobs_dir, _job_dir_name(job), "index.jsonl")
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size < index.offset:  # cut by a recovering writer: read it again
+                    index = self._indexes[job] = _JobIndex()
+                f.seek(index.offset)
+                data = f.read()
+        except FileNotFoundError:
+            if not os.path.isdir(self._jobs_dir):
+                raise StoreError(f"{self.url}: the store directory {self._jobs_dir} is missing") from None
+            return index
+        except OSError as exc:
+            raise StoreError(f"{self.url}: cannot read {path}: {exc.strerror}") from None
+        end = data.rfind(b"\n") + 1  # an unterminated last line is being written: read it next time
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            try:
+                raw = json.loads(line)
+                entry = _Entry(raw["seg"], raw["off"], raw["len"], raw["rows"], raw["its"])
+            except (ValueError, KeyError, TypeError) as exc:
+                self._problem(f"{path}: unreadable index line ({exc}); its frame's rows are not visible")
+                continue
+            index.entries.append(entry)
+            for it, step_ms, first_ts, last_ts, ranks in entry.its:
+                if it not in index.by_iteration:
+                    index.by_iteration[it] = []
+                    if index.order and it < index.order[-1]:
+                        insort(index.order, it)
+                    else:
+                        index.order.append(it)
+                index.by_iteration[it].append((math.nan if step_ms is None else step_ms, first_ts, last_ts, ranks))
+        index.offset += end
+        return index
+
+    def _problem(self, message: str) -> None:
+        log.warning("%s", message)
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(message)
+
+
+def _check_rows(table: pa.Table) -> None:
+    """Raises ValueError naming the first bad row and field (the rules of every store: job
+    and metric_name non-empty; rank in [0, 2^31); iteration >= 0; timestamp finite >= 0 s;
+    metric_values a non-empty list of finite ms)."""
+    values = table.column("metric_values")
+    flat = pc.list_flatten(values)
+    bad_value_rows = pc.list_parent_indices(values).filter(pc.invert(pc.is_finite(flat)).fill_null(True))
+    checks = [
+        ("job", "must be a non-empty string", pc.fill_null(pc.equal(pc.utf8_length(table.column("job")), 0), True)),
+        ("metric_name", "must be a non-empty string",
+         pc.fill_null(pc.equal(pc.utf8_length(table.column("metric_name")), 0), True)),
+        ("rank", "must be an integer in [0, 2^31)", pc.fill_null(pc.less(table.column("rank"), 0), True)),
+        ("iteration", "must be an integer >= 0", pc.fill_null(pc.less(table.column("iteration"), 0), True)),
+        ("timestamp", "must be a finite time >= 0 s since the epoch",
+         pc.fill_null(pc.invert(pc.and_(pc.is_finite(table.column("timestamp")),
+                                        pc.greater_equal(table.column("timestamp"), 0))), True)),
+        ("metric_values", "must be a non-empty list of finite ms",
+         pc.fill_null(pc.equal(pc.list_value_length(values), 0), True)),
+    ]
+    for name in ("subname", "node", "cluster"):
+        checks.append((name, "must be a string", pc.is_null(table.column(name))))
+    for name, why, bad in checks:
+        hits = pc.indices_nonzero(bad)
+        if len(hits):
+            i = hits[0].as_py()
+            raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}): {name} {why}, got "
+                             f"{table.column(name)[i].as_py()!r}")
+    if len(bad_value_rows):
+        i = bad_value_rows[0].as_py()
+        raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}): metric_values must be finite ms, got "
+                         f"{values[i].as_py()!r}")
+
+
+def _encode(rows: pa.Table) -> bytes:
+    """One Arrow IPC stream of `rows`, zstd-compressed buffers (a 1,024-rank iteration of 5
+    timers: 350 KB raw, 70 KB compressed, under 1 ms to encode)."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, _FRAME_SCHEMA, options=_IPC_OPTIONS) as writer:
+        writer.write_table(rows.select(_FRAME_SCHEMA.names))
+    return sink.getvalue().to_pybytes()
+
+
+def _decode(payload: bytes) -> pa.Table:
+    return ipc.open_stream(pa.py_buffer(payload)).read_all()
+
+
+def _frame_at(data: bytes, pos: int) -> Optional[bytes]:
+    """The payload of the frame at data[pos:], or None when it is torn or corrupt."""
+    if len(data) - pos < _HEADER.size:
+        return None
+    magic, length, crc = _HEADER.unpack_from(data, pos)
+    payload = data[pos + _HEADER.size: pos + _HEADER.size + length]
+    if magic != MAGIC or len(payload) != length or zlib.crc32(payload) != crc:
+        return None
+    return payload
+
+
+def _iteration_aggregates(rows: pa.Table) -> list:
+    """[[iteration, step_ms or None, first_ts, last_ts, ranks], ...] of one frame: step_ms =
+    max over ranks of STEP_METRIC's first value (ms), ranks = distinct ranks with STEP_METRIC."""
+    times = rows.group_by("iteration").aggregate([("timestamp", "min"), ("timestamp", "max")])
+    step_rows = rows.filter(pc.and_(pc.equal(rows.column("metric_name"), STEP_METRIC),
+                                    pc.greater(pc.list_value_length(rows.column("metric_values")), 0)))
+    step_rows = step_rows.append_column("first_value", pc.list_element(step_rows.column("metric_values"), 0))
+    steps = step_rows.group_by("iteration").aggregate([("first_value", "max"), ("rank", "count_distinct")])
+    maxima, ranks = steps.column("first_value_max").to_pylist(), steps.column("rank_count_distinct").to_pylist()
+    step_of = dict(zip(steps.column("iteration").to_pylist(), zip(maxima, ranks)))
+    out = []
+    for it, lo, hi in zip(times.column("iteration").to_pylist(), times.column("timestamp_min").to_pylist(),
+                          times.column("timestamp_max").to_pylist()):
+        step_ms, ranks = step_of.get(it, (None, 0))
+        if step_ms is not None and not math.isfinite(step_ms):
+            step_ms = None
+        out.append([it, step_ms, lo, hi, ranks])
+    out.sort()
+    return out

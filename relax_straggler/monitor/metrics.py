@@ -1,0 +1,83 @@
+"""The monitor's Prometheus metrics (GET /metrics), in a registry of its own.
+
+Per job (label job), computed from the monitor's state at each scrape:
+
+    straggler_job_status{job,status}          1 for the job's current status, 0 for the others
+    straggler_job_iterations{job}             iterations seen since registration
+    straggler_job_slow_iterations_total{job}  slow iterations seen since registration
+    straggler_job_stragglers_total{job}       analyses that named a straggler rank
+    straggler_job_last_step_ms{job}           the newest iteration's step time, ms
+    straggler_job_baseline_ms{job}            the median of normal iterations, ms
+
+Monitor:
+
+    straggler_monitor_jobs                    registered jobs
+    straggler_monitor_poll_seconds            histogram of one poll over every job, s
+    straggler_monitor_analyses_total{outcome} analyses finished: straggler, none, failed
+    straggler_monitor_analysis_seconds        histogram of one analysis (queue wait excluded), s
+    straggler_monitor_store_errors_total      store errors (each one drops the connection)
+    straggler_monitor_store_up                1 while the store answers
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from relax_straggler.monitor.trigger import STATUSES
+
+if TYPE_CHECKING:
+    from relax_straggler.monitor.service import Monitor
+
+_SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class MonitorMetrics:
+    """The registry and the monitor's own instruments; per-job families are collected from
+    `monitor` when scraped."""
+
+    def __init__(self, monitor: "Monitor") -> None:
+        self.registry = CollectorRegistry()
+        self.poll_seconds = Histogram("straggler_monitor_poll_seconds", "One poll over every registered job, s",
+                                      buckets=_SECONDS, registry=self.registry)
+        self.analyses = Counter("straggler_monitor_analyses", "Analyses finished, by outcome", ["outcome"],
+                                registry=self.registry)
+        self.analysis_seconds = Histogram("straggler_monitor_analysis_seconds", "One analysis of a slow window, s",
+                                          buckets=_SECONDS, registry=self.registry)
+        self.store_errors = Counter("straggler_monitor_store_errors", "Store errors", registry=self.registry)
+        self.registry.register(_JobCollector(monitor))
+
+
+class _JobCollector:
+    def __init__(self, monitor: "Monitor") -> None:
+        self.monitor = monitor
+
+    def collect(self) -> Iterator[Metric]:
+        status = GaugeMetricFamily("straggler_job_status", "1 for the job's current status", labels=["job", "status"])
+        iterations = GaugeMetricFamily("straggler_job_iterations", "Iterations seen since registration",
+                                       labels=["job"])
+        slow = CounterMetricFamily("straggler_job_slow_iterations", "Slow iterations since registration",
+                                   labels=["job"])
+        stragglers = CounterMetricFamily("straggler_job_stragglers", "Analyses that named a straggler rank",
+                                         labels=["job"])
+        last_step = GaugeMetricFamily("straggler_job_last_step_ms", "Newest iteration's step time, ms",
+                                      labels=["job"])
+        baseline = GaugeMetricFamily("straggler_job_baseline_ms", "Median step time of normal iterations, ms",
+                                     labels=["job"])
+        records = self.monitor.job_numbers()
+        for r in records:
+            for s in STATUSES:
+                status.add_metric([r["job_id"], s], 1.0 if s == r["status"] else 0.0)
+            iterations.add_metric([r["job_id"]], r["iteration_count"])
+            slow.add_metric([r["job_id"]], r["slow_iterations"])
+            stragglers.add_metric([r["job_id"]], r["stragglers"])
+            if r["last_ms"] is not None:
+                last_step.add_metric([r["job_id"]], r["last_ms"])
+            if r["baseline_ms"] is not None:
+                baseline.add_metric([r["job_id"]], r["baseline_ms"])
+        jobs = GaugeMetricFamily("straggler_monitor_jobs", "Registered jobs", value=len(records))
+        up = GaugeMetricFamily("straggler_monitor_store_up", "1 while the store answers",
+                               value=1.0 if self.monitor.health()["ok"] else 0.0)
+        yield from (status, iterations, slow, stragglers, last_step, baseline, jobs, up)

@@ -1,0 +1,422 @@
+"""The monitor: registered jobs, the poll loop, the analysis pool, the store connection and
+the state file.
+
+- Every `check_interval_s` the poll thread reads each registered job's new iterations
+  (Store.iterations after the last one seen, bounded by the registration time) and folds
+  them into the job's JobDetector (trigger.py). A completed slow streak submits an analysis
+  of exactly that window to a thread pool; the API never waits for one.
+- A StoreError closes the store; it is opened again with exponential backoff (0.5 s
+  doubling up to 30 s), and `health()` reports the error until then.
+- Registered jobs (registration time, topology, detector state, results, a window whose
+  analysis had not finished) are written to the state file after every change (atomic
+  rename), and read back at start: a restart of the monitor or of the store loses no
+  registered job and no result.
+
+Thread safety: one lock guards the jobs; store I/O and analyses run outside it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import math
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from relax_straggler.analysis import AnalyzeConfig
+from relax_straggler.monitor.metrics import MonitorMetrics
+from relax_straggler.monitor.store import open_store
+from relax_straggler.monitor.store_base import Store, StoreError, parse_store_url
+from relax_straggler.monitor.trigger import JobDetector, TriggerConfig, Window
+from relax_straggler.monitor.window_analysis import analyse_window
+from relax_straggler.readers.base import InputError, Topology
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+# Status changes kept per job (oldest dropped).
+MAX_TRANSITIONS = 50
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """store_url: the metrics store; check_interval_s: poll period, s; trigger: the
+    detector's thresholds; state_path: the state file (None: monitor-state.json in a
+    file:// store's directory, else relax-straggler-monitor.json in the working directory);
+    workers: analysis threads; max_results: analyses kept per job (oldest dropped)."""
+
+    store_url: str
+    check_interval_s: float = 30.0
+    trigger: TriggerConfig = TriggerConfig()
+    state_path: Optional[str] = None
+    workers: int = 2
+    max_results: int = 20
+    analyze: AnalyzeConfig = AnalyzeConfig()
+
+    def __post_init__(self) -> None:
+        parse_store_url(self.store_url)
+        if not self.check_interval_s > 0:
+            raise ValueError(f"check_interval_s must be > 0 s, got {self.check_interval_s}")
+        if self.workers < 1 or self.max_results < 1:
+            raise ValueError(f"workers and max_results must be >= 1, got {self.workers}, {self.max_results}")
+
+    def resolved_state_path(self) -> str:
+        if self.state_path:
+            return self.state_path
+        scheme, where, _, _ = parse_store_url(self.store_url)
+        return os.path.join(where, "monitor-state.json") if scheme == "file" else "relax-straggler-monitor.json"
+
+
+@dataclass
+class JobRecord:
+    """One registered job. results: finished analyses, oldest first (window_analysis dicts);
+    pending: the window being analysed; error: why the last analysis failed, if it did;
+    transitions: [[s since the epoch, status], ...], each change of status the monitor saw."""
+
+    job_id: str
+    registered_at: float
+    topology: Optional[Topology]
+    detector: JobDetector
+    results: list = field(default_factory=list)
+    pending: Optional[Window] = None
+    error: Optional[str] = None
+    transitions: list = field(default_factory=list)
+    in_flight: bool = False  # an analysis of `pending` is queued or running (not saved)
+
+    def note_status(self, now: float) -> bool:
+        """Records the status at `now` when it changed; True if it did."""
+        status = self.detector.status(now)
+        if self.transitions and self.transitions[-1][1] == status:
+            return False
+        self.transitions.append([now, status])
+        del self.transitions[:-MAX_TRANSITIONS]
+        return True
+
+    def to_dict(self) -> dict:
+        return {"registered_at": self.registered_at,
+                "topology": None if self.topology is None else asdict(self.topology),
+                "detector": self.detector.to_dict(), "results": self.results,
+                "pending": None if self.pending is None else [self.pending.first_iteration,
+                                                              self.pending.last_iteration],
+                "error": self.error, "transitions": self.transitions}
+
+
+class Monitor:
+    """The service behind the API. clock: wall time, s (tests inject one)."""
+
+    def __init__(self, config: MonitorConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.metrics = MonitorMetrics(self)
+        self._jobs: dict[str, JobRecord] = {}
+        self._lock = threading.RLock()
+        self._save_lock = threading.Lock()
+        self._store: Optional[Store] = None
+        self._store_error: Optional[str] = None
+        self._store_errors = 0
+        self._last_ok: Optional[float] = None
+        self._backoff_s = BACKOFF_FIRST_S
+        self._next_connect = 0.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(config.workers, thread_name_prefix="straggler-analysis")
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.last_poll_s: Optional[float] = None
+        self._load_state()
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the poll thread (its first poll resubmits windows whose analysis a restart cut off)."""
+        self._thread = threading.Thread(target=self._loop, name="straggler-monitor-poll", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stops polling (if started), waits for running analyses, saves the state, closes
+        the store. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10 * self.config.check_interval_s + 10)
+        self._pool.shutdown(wait=True, cancel_futures=False)
+        self._save()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.poll_once()
+            self._stop.wait(max(0.0, self.config.check_interval_s - (time.monotonic() - started)))
+
+    # --- registration ------------------------------------------------------------------
+
+    def register(self, job_id: str, topology: Optional[Topology] = None) -> tuple[dict, bool]:
+        """Registers `job_id` (from now on: rows older than now are never analysed).
+        Returns (the job's view, True) or, when it is registered already, (its view, False);
+        a topology given again replaces the registered one."""
+        with self._lock:
+            record = self._jobs.get(job_id)
+            created = record is None
+            if created:
+                now = self.clock()
+                record = self._jobs[job_id] = JobRecord(job_id, now, topology, JobDetector(self.config.trigger, now))
+                record.note_status(now)
+            elif topology is not None:
+                record.topology = topology
+            view = self.view(job_id)
+        self._save()
+        return view, created
+
+    def unregister(self, job_id: str) -> dict:
+        """Forgets `job_id` and its results; returns its last view. Raises KeyError."""
+        with self._lock:
+            view = self.view(job_id)
+            del self._jobs[job_id]
+        self._save()
+        return view
+
+    def job_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    def job_numbers(self) -> list[dict]:
+        """Per registered job: job_id, status, iteration_count, slow_iterations, stragglers
+        (analyses naming a rank), last_ms, baseline_ms (ms; None before the first iteration)."""
+        with self._lock:
+            now = self.clock()
+            return [{"job_id": r.job_id, "status": r.detector.status(now),
+                     "iteration_count": r.detector.iteration_count, "slow_iterations": r.detector.slow_iterations,
+                     "stragglers": sum(1 for x in r.results if x["straggler_rank"] is not None),
+                     "last_ms": r.detector.last_ms, "baseline_ms": r.detector.median_ms}
+                    for r in self._jobs.values()]
+
+    # --- polling -----------------------------------------------------------------------
+
+    def poll_once(self) -> None:
+        """One check of every registered job (the poll thread calls it each interval)."""
+        started = time.perf_counter()
+        store = self._connected_store()
+        if store is not None:
+            with self._lock:
+                jobs = [(r.job_id, r, r.detector.last_iteration, r.registered_at) for r in self._jobs.values()]
+            changed = False
+            for job_id, record, last, since in jobs:
+                try:
+                    new = store.iterations(job_id, after_iteration=-1 if last is None else last, since=since)
+                except StoreError as exc:
+                    self._store_failed(exc)
+                    break
+                with self._lock:
+                    if self._jobs.get(job_id) is not record:
+                        continue  # unregistered meanwhile
+                    now = self.clock()
+                    window = record.detector.observe(new, now)
+                    if window is not None:
+                        record.pending = window
+                    if record.pending is not None and not record.in_flight:  # new, or cut off by a restart
+                        record.detector.predicting = True
+                        self._submit(record, record.pending)
+                    changed = record.note_status(now) or changed
+            else:
+                self._store_ok()
+            if changed:
+                self._save()
+        self.last_poll_s = time.perf_counter() - started
+        self.metrics.poll_seconds.observe(self.last_poll_s)
+
+    def _connected_store(self) -> Optional[Store]:
+        if self._store is not None:
+            return self._store
+        now = time.monotonic()
+        if now < self._next_connect:
+            return None
+        try:
+            # once connected, a file store that vanished must come back, not be made anew and empty
+            store = open_store(self.config.store_url, create=self._last_ok is None)
+            store.ping()
+        except StoreError as exc:
+            self._store_failed(exc)
+            return None
+        log.info("store %s connected", self.config.store_url)
+        self._store = store
+        self._store_ok()
+        return store
+
+    def _store_ok(self) -> None:
+        self._store_error = None
+        self._backoff_s = BACKOFF_FIRST_S
+        self._last_ok = self.clock()
+
+    def _store_failed(self, exc: StoreError) -> None:
+        self._store_errors += 1
+        self.metrics.store_errors.inc()
+        if self._store_error is None:
+            log.warning("store error: %s; reconnecting", exc)
+        self._store_error = str(exc)
+        if self._store is not None:
+            try:
+                self._store.close()
+            except StoreError:
+                pass  # the connection is being dropped anyway
+            self._store = None
+        self._next_connect = time.monotonic() + self._backoff_s
+        self._backoff_s = min(2 * self._backoff_s, BACKOFF_MAX_S)
+
+    def health(self) -> dict:
+        """{"ok", "url", "error", "errors", "last_ok" (s since the epoch), "last_poll_s"}."""
+        return {"ok": self._store is not None and self._store_error is None, "url": self.config.store_url,
+                "error": self._store_error, "errors": self._store_errors, "last_ok": self._last_ok,
+                "last_poll_s": self.last_poll_s}
+
+    # --- analyses ----------------------------------------------------------------------
+
+    def _submit(self, record: JobRecord, window: Window) -> None:
+        record.in_flight = True
+        self._pool.submit(self._analyse, record, window)
+
+    def _analyse(self, record: JobRecord, window: Window) -> None:
+        started = time.perf_counter()
+        try:
+            store = self._store
+            if store is None:
+                raise StoreError(f"{self.config.store_url}: not connected (reconnecting)")
+            result = analyse_window(store, record.job_id, window, record.registered_at, record.topology,
+                                    self.config.analyze)
+        except (StoreError, InputError, ValueError) as exc:
+            log.warning("job %s: analysis of iterations %d-%d failed: %s", record.job_id, window.first_iteration,
+                        window.last_iteration, exc)
+            self.metrics.analyses.labels(outcome="failed").inc()
+            with self._lock:
+                record.pending, record.error, record.in_flight = None, f"{type(exc).__name__}: {exc}", False
+                record.detector.analysis_failed()
+                record.note_status(self.clock())
+        except Exception:  # a bug in one analysis must not kill the pool or the job's state
+            log.exception("job %s: analysis of iterations %d-%d crashed", record.job_id, window.first_iteration,
+                          window.last_iteration)
+            self.metrics.analyses.labels(outcome="failed").inc()
+            with self._lock:
+                record.pending, record.in_flight = None, False
+                record.error = "internal error (see the monitor's log)"
+                record.detector.analysis_failed()
+                record.note_status(self.clock())
+        else:
+            self.metrics.analyses.labels(outcome="straggler" if result["straggler_rank"] is not None
+                                         else "none").inc()
+            with self._lock:
+                record.results.append(result)
+                del record.results[:-self.config.max_results]
+                record.pending, record.error, record.in_flight = None, None, False
+                record.detector.analysis_finished()
+                record.note_status(self.clock())
+            log.info("job %s: iterations %d-%d: %s", record.job_id, window.first_iteration, window.last_iteration,
+                     result["verdict"]["summary"])
+        self.metrics.analysis_seconds.observe(time.perf_counter() - started)
+        self._save()
+
+    # --- views -------------------------------------------------------------------------
+
+    def view(self, job_id: str) -> dict:
+        """The job's status in the API's JSON shape (see docs/MONITOR.md). Raises KeyError."""
+        with self._lock:
+            record = self._jobs[job_id]
+            det, now = record.detector, self.clock()
+            last = record.results[-1] if record.results else None
+            prediction = None if last is None else {"straggler_rank": last["straggler_rank"],
+                                                    "straggler_node": last["straggler_node"]}
+            return _finite({
+                "job_id": job_id,
+                "status": det.status(now),
+                "registered_at": record.registered_at,
+                "topology": None if record.topology is None else asdict(record.topology),
+                "hang_check": {"is_hanging": det.hanging(now), "seconds_since_last_iteration": now - det.last_progress,
+                               "hang_threshold_s": det.config.hang_threshold_s},
+                "slowdown_check": {
+                    "is_slow": det.last_slow,
+                    "consecutive_slow_iterations": len(det.slow_streak),
+                    "slow_iterations": det.slow_iterations,
+                    "baseline_ms": det.median_ms,
+                    "last_growth": det.last_growth,
+                    "slowdown_threshold": det.config.slowdown_threshold,
+                    "history_size": det.config.history_size,
+                    "straggler_prediction": prediction,
+                },
+                "metrics": det.metrics(),
+                "iteration_count": det.iteration_count,
+                "last_iteration": det.last_iteration,
+                "evidence": None if last is None else {k: last[k] for k in (
+                    "window", "verdict", "stage", "stages", "kind", "cause", "votes", "algorithms", "ratio",
+                    "excess_ms", "evidence", "analysis_s", "finished_at")},
+                "analyses": len(record.results),
+                "analysing": None if record.pending is None else [record.pending.first_iteration,
+                                                                  record.pending.last_iteration],
+                "analysis_error": record.error,
+                "transitions": [{"at": at, "status": status} for at, status in record.transitions],
+            })
+
+    def results(self, job_id: str) -> list[dict]:
+        """Every kept analysis of the job, oldest first. Raises KeyError."""
+        with self._lock:
+            return [_finite(r) for r in self._jobs[job_id].results]
+
+    # --- state file --------------------------------------------------------------------
+
+    def _save(self) -> None:
+        path = self.config.resolved_state_path()
+        with self._save_lock:  # the snapshot is taken inside it: a newer state is never overwritten by an older
+            with self._lock:
+                state = {"version": STATE_VERSION, "store": self.config.store_url,
+                         "jobs": {j: r.to_dict() for j, r in self._jobs.items()}}
+            tmp = f"{path}.tmp"
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(state, f)
+                os.replace(tmp, path)
+            except OSError as exc:  # e.g. the store directory is away; the next save writes everything
+                log.error("cannot write the state file %s: %s (changes since the last save would not survive a "
+                          "restart)", path, exc)
+
+    def _load_state(self) -> None:
+        path = self.config.resolved_state_path()
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)  # once: never re-made by a save
+        except OSError as exc:
+            raise ValueError(f"state file {path}: cannot create its directory: {exc.strerror}") from None
+        try:
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"state file {path}: cannot read it: {exc}; move it away to start empty") from None
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise ValueError(f"state file {path}: not a version {STATE_VERSION} monitor state")
+        try:
+            for job_id, raw in state["jobs"].items():
+                topo = raw["topology"]
+                pending = raw["pending"]
+                self._jobs[job_id] = JobRecord(
+                    job_id, float(raw["registered_at"]), None if topo is None else Topology(**topo),
+                    JobDetector.from_dict(self.config.trigger, raw["detector"]), list(raw["results"]),
+                    None if pending is None else Window(int(pending[0]), int(pending[1])), raw["error"],
+                    list(raw["transitions"]))
+                self._jobs[job_id].detector.predicting = self._jobs[job_id].pending is not None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"state file {path}: malformed job entry: {exc!r}") from None
+        log.info("state file %s: %d registered job(s) restored", path, len(self._jobs))
+
+
+def _finite(value):
+    """`value` with every non-finite float as None (JSON has no NaN or infinity)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,133 @@
+"""FileStore (file://DIR): recovery from torn writes, one writer with concurrent readers in
+other processes, job ids that are not file names, a vanished directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from relax_straggler.monitor.file_store import FileStore
+from relax_straggler.monitor.store_base import STEP_METRIC, Sample, StoreError
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+T0 = 1_800_000_000.0
+
+
+def rows(job: str, iterations, ranks: int = 8) -> list[Sample]:
+    return [Sample(T0 + it, job, STEP_METRIC, r, it, (100.0 + r,), node=f"n{r // 4}")
+            for it in iterations for r in range(ranks)]
+
+
+def job_dir(store: FileStore, job: str) -> str:
+    return os.path.join(store.directory, "jobs", job)
+
+
+def test_torn_frame_is_reported_and_earlier_rows_kept(tmp_path):
+    store = FileStore(str(tmp_path))
+    store.write(rows("j", range(3)))
+    store.close()
+    segment = os.path.join(job_dir(store, "j"), "seg-000001.arrows")
+    with open(segment, "ab") as f:  # a writer that died after 20 bytes of its frame
+        f.write(b"RSF1" + (5000).to_bytes(4, "little") + b"\0" * 12)
+    writer = FileStore(str(tmp_path))
+    writer.write(rows("j", [3, 4]))
+    assert len(writer.problems) == 1 and "torn or corrupt frame at byte" in writer.problems[0]
+    assert os.path.exists(os.path.join(job_dir(store, "j"), "seg-000002.arrows"))
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == [0, 1, 2, 3, 4]
+    assert len(list(reader.samples("j", 0, 4))) == 5 * 8
+    assert reader.problems == []
+
+
+def test_frame_without_index_line_is_indexed_again(tmp_path):
+    store = FileStore(str(tmp_path))
+    store.write(rows("j", [0]))
+    store.write(rows("j", [1]))
+    store.close()
+    index = os.path.join(job_dir(store, "j"), "index.jsonl")
+    lines = open(index, "rb").read().splitlines(keepends=True)
+    with open(index, "wb") as f:  # the writer died between frame 2 and its index line, mid-line
+        f.write(lines[0] + lines[1][:10])
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == [0]  # the torn line is not read
+    writer = FileStore(str(tmp_path))
+    writer.write(rows("j", [2]))
+    assert any("torn last line" in p for p in writer.problems)
+    assert [i.iteration for i in reader.iterations("j")] == [0, 1, 2]
+    assert [i.iteration for i in FileStore(str(tmp_path)).iterations("j")] == [0, 1, 2]
+
+
+def test_reader_in_another_process_never_sees_half_an_iteration(tmp_path):
+    writer_code = textwrap.dedent(f"""
+        import sys
+        from relax_straggler.monitor.file_store import FileStore
+        from relax_straggler.monitor.store_base import Sample
+        store = FileStore({str(tmp_path)!r})
+        for it in range(200):
+            store.write([Sample({T0} + it, "live", "interval-time", r, it, (100.0,)) for r in range(64)])
+        print("done", flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", writer_code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    reader = FileStore(str(tmp_path))
+    seen = []
+    while proc.poll() is None or not seen or seen[-1] < 199:
+        for it in reader.iterations("live", after_iteration=seen[-1] if seen else -1):
+            assert it.ranks == 64 and it.step_ms == 100.0
+            seen.append(it.iteration)
+        if proc.poll() not in (None, 0):
+            break
+    assert proc.wait(timeout=60) == 0
+    assert seen == list(range(200))
+
+
+def test_two_writer_processes_append_to_one_job(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys
+        from relax_straggler.monitor.file_store import FileStore
+        from relax_straggler.monitor.store_base import Sample
+        store = FileStore({str(tmp_path)!r})
+        first = int(sys.argv[1])
+        for it in range(first, first + 50):
+            store.write([Sample({T0}, "shared", "interval-time", r, it, (10.0,)) for r in range(4)])
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(first)], cwd=REPO) for first in (0, 50)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    store = FileStore(str(tmp_path))
+    assert [i.iteration for i in store.iterations("shared")] == list(range(100))
+    assert len(list(store.samples("shared", 0, 99))) == 400
+    assert store.problems == []
+
+
+@pytest.mark.parametrize("job", ["a/b", "..", ".hidden", "x y%z", "ünïcode"])
+def test_job_ids_that_are_not_file_names(tmp_path, job):
+    store = FileStore(str(tmp_path))
+    store.write(rows(job, [0]))
+    assert store.jobs() == [job]
+    assert os.listdir(tmp_path) == ["jobs"] and len(os.listdir(tmp_path / "jobs")) == 1  # nothing escapes jobs/
+    assert [i.iteration for i in FileStore(str(tmp_path)).iterations(job)] == [0]
+
+
+def test_vanished_directory_raises_storeerror_and_recovers(tmp_path):
+    store = FileStore(str(tmp_path / "s"))
+    store.write(rows("j", [0]))
+    os.rename(tmp_path / "s", tmp_path / "away")
+    with pytest.raises(StoreError, match="missing"):
+        store.ping()
+    with pytest.raises(StoreError, match="missing"):
+        store.iterations("j")
+    os.rename(tmp_path / "away", tmp_path / "s")
+    store.ping()
+    assert [i.iteration for i in store.iterations("j")] == [0]
+
+
+def test_open_without_create_refuses_a_missing_directory(tmp_path):
+    with pytest.raises(StoreError, match="missing"):
+        FileStore(str(tmp_path / "nowhere"), create=False)
+    assert not (tmp_path / "nowhere").exists()
+    FileStore(str(tmp_path / "here"))
+    FileStore(str(tmp_path / "here"), create=False).ping()

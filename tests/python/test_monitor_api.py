@@ -1,0 +1,212 @@
+"""End to end: `relax-straggler monitor` as a real uvicorn server on 127.0.0.1,
+`relax-straggler replay` writing into the store, httpx as the client."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from store_fixtures import file_url, store_url  # noqa: F401 (fixtures)
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "import sys; from relax_straggler.cli import main; sys.exit(main())"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Server:
+    """A `relax-straggler monitor` process; .client talks to it."""
+
+    def __init__(self, store: str, state: Path, hang_s: float = 30.0) -> None:
+        self.port = free_port()
+        self.log = open(state.with_suffix(f".{self.port}.log"), "w")
+        self.proc = subprocess.Popen(
+            CLI + ["monitor", "--store", store, "--port", str(self.port), "--check-interval", "0.2",
+                   "--hang-threshold", str(hang_s), "--state", str(state)],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
+        wait_for(self._up, what=f"monitor on port {self.port}")
+
+    def _up(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"monitor exited with {self.proc.returncode}: {self.logs()}")
+        try:
+            return self.client.get("/").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def logs(self) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text()[-3000:]
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.client.close()
+        self.log.close()
+
+
+@pytest.fixture
+def servers():
+    started: list[Server] = []
+    yield started
+    for s in started:
+        s.stop(signal.SIGKILL)
+
+
+def replay(store: str, job: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(CLI + ["replay", "--store", store, "--job", job, "--ranks-per-node", "4", *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def statuses(server: Server, job: str) -> list[str]:
+    return [t["status"] for t in server.client.get(f"/{job}").json()["transitions"]]
+
+
+def test_injected_straggler_goes_active_slowdown_predicting_detected(servers, store_url, tmp_path):
+    server = Server(store_url, tmp_path / "state.json")
+    servers.append(server)
+    r = server.client.post("/jobs/train-1", json={"dp": 16, "ranks_per_node": 4})
+    assert r.status_code == 201 and r.json()["status"] == "active"
+    # 100 ms iterations, slow ones 400 ms: two 0.2 s polls per slow iteration, so slowdown is seen before the
+    # trigger even when a loaded machine delays a poll by a second
+    proc = replay(store_url, "train-1", "--synthetic", "ranks=16,iterations=46,step_ms=100,seed=1", "--speed", "1",
+                  "--inject-delay", "5:forward:300:40")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    view = wait_for(lambda: (v := server.client.get("/train-1").json())["status"] == "detected"
+                    and v["iteration_count"] == 46 and v, what="detected, every iteration seen")
+    seen = [t["status"] for t in view["transitions"]]
+    assert seen[:4] == ["active", "slowdown", "predicting", "detected"], seen
+    assert view["slowdown_check"]["straggler_prediction"] == {"straggler_rank": 5, "straggler_node": "node-1"}
+    assert view["evidence"]["window"]["first_iteration"] == 40
+    assert (view["evidence"]["kind"], view["evidence"]["stage"]) == ("individual", "forward")
+    assert view["evidence"]["votes"] >= 4
+    assert server.client.get("/jobs/train-1").json()["job_id"] == "train-1"
+    results = server.client.get("/jobs/train-1/results").json()["results"]
+    assert len(results) == 1 and results[0]["analysis_s"] < 5.0
+    metrics = server.client.get("/metrics").text
+    assert 'straggler_job_status{job="train-1",status="detected"} 1.0' in metrics
+    assert 'straggler_job_stragglers_total{job="train-1"} 1.0' in metrics
+    assert 'straggler_job_slow_iterations_total{job="train-1"} 6.0' in metrics
+    assert 'straggler_monitor_analyses_total{outcome="straggler"} 1.0' in metrics
+    assert "straggler_monitor_poll_seconds_count" in metrics
+
+
+def test_job_that_stops_writing_is_hanging(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json", hang_s=1.5)
+    servers.append(server)
+    assert server.client.get("/detect/stops").json()["created"] is True
+    proc = replay(file_url, "stops", "--synthetic", "ranks=4,iterations=5,step_ms=50", "--speed", "10")
+    assert proc.wait(timeout=60) == 0
+    wait_for(lambda: server.client.get("/stops").json()["iteration_count"] == 5, what="5 iterations")
+    view = wait_for(lambda: (v := server.client.get("/stops").json())["status"] == "hanging" and v, what="hanging")
+    assert view["hang_check"]["is_hanging"] and view["hang_check"]["seconds_since_last_iteration"] > 1.5
+    assert 'straggler_job_status{job="stops",status="hanging"} 1.0' in server.client.get("/metrics").text
+
+
+def test_monitor_and_store_restarts_lose_nothing(servers, file_url, tmp_path):
+    state = tmp_path / "state.json"
+    server = Server(file_url, state)
+    servers.append(server)
+    server.client.post("/jobs/a", json={"dp": 16, "ranks_per_node": 4})
+    server.client.get("/detect/b")
+    proc = replay(file_url, "a", "--synthetic", "ranks=16,iterations=50,step_ms=100", "--speed", "1000",
+                  "--inject-delay", "5:forward:80:40")
+    assert proc.wait(timeout=60) == 0
+    wait_for(lambda: server.client.get("/a").json()["status"] == "detected", what="detected")
+    server.stop(signal.SIGKILL)  # no chance to save on the way out
+    again = Server(file_url, state)
+    servers.append(again)
+    assert [j["job_id"] for j in again.client.get("/jobs").json()["jobs"]] == ["a", "b"]
+    view = again.client.get("/a").json()
+    assert view["status"] == "detected" and view["slowdown_check"]["straggler_prediction"]["straggler_rank"] == 5
+    # the store goes away and comes back: reported, then reconnected, no job lost
+    store_dir = Path(file_url[len("file://"):])
+    store_dir.rename(tmp_path / "away")
+    health = wait_for(lambda: (h := again.client.get("/").json())["status"] == "degraded" and h, what="degraded")
+    assert health["store"]["error"] and health["store"]["errors"] >= 1
+    assert "straggler_monitor_store_up 0.0" in again.client.get("/metrics").text
+    (tmp_path / "away").rename(store_dir)
+    wait_for(lambda: again.client.get("/").json()["status"] == "ok", what="store back")
+    assert [j["job_id"] for j in again.client.get("/jobs").json()["jobs"]] == ["a", "b"]
+    assert again.client.get("/a").json()["analyses"] == 1
+
+
+def test_errors_are_clear_4xx(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    for method, path in (("GET", "/nope"), ("GET", "/jobs/nope"), ("DELETE", "/jobs/nope"),
+                         ("GET", "/undetect/nope"), ("GET", "/jobs/nope/results")):
+        r = c.request(method, path)
+        assert r.status_code == 404 and "'nope' is not registered" in r.json()["detail"], (method, path)
+    r = c.post("/jobs/bad%20id")
+    assert r.status_code == 422 and "job_id" in r.json()["detail"]
+    r = c.post("/jobs/x", json={"dp": 0})
+    assert r.status_code == 422 and "body.dp" in r.json()["detail"]
+    r = c.post("/jobs/x", json={"dp": 2, "workers": 3})
+    assert r.status_code == 422 and "body.workers" in r.json()["detail"]
+    r = c.post("/jobs/x", content=b"{dp: 2", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "JSON" in r.json()["detail"]
+    assert c.get("/jobs").json() == {"jobs": []}
+    schema = c.get("/openapi.json").json()
+    assert {"/", "/jobs", "/jobs/{job_id}", "/detect/{job_id}", "/undetect/{job_id}", "/metrics",
+            "/{job_id}"} <= set(schema["paths"])
+    assert c.get("/docs").status_code == 200
+
+
+def test_concurrent_register_unregister(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    codes: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30.0) as c:
+                for i in range(40):
+                    job = f"job-{(seed + i) % 3}"
+                    r = c.post(f"/jobs/{job}") if (seed + i) % 2 else c.delete(f"/jobs/{job}")
+                    codes.append(r.status_code)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(codes) == 240
+    assert set(codes) <= {200, 201, 404} and 201 in codes and 404 in codes
+    listed = {j["job_id"] for j in server.client.get("/jobs").json()["jobs"]}
+    for job in ("job-0", "job-1", "job-2"):
+        r = server.client.get(f"/{job}")
+        assert r.status_code == (200 if job in listed else 404)
+    assert server.client.get("/").json()["status"] == "ok"
+    server.stop(signal.SIGTERM)  # a clean stop saves; the state file agrees with the API
+    assert set(json.loads((tmp_path / "state.json").read_text())["jobs"]) == listed

@@ -1,0 +1,103 @@
+"""The replay simulator (relax_straggler/monitor/replay.py, `relax-straggler replay`):
+pacing with an injected clock, injected delays, synthetic jobs, argument errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from relax_straggler.monitor.replay import Injection, Synthetic, inject, replay, step_table
+from relax_straggler.monitor.store import open_store
+from relax_straggler.stages import STAGE_IDS
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-c", "import sys; from relax_straggler.cli import main; sys.exit(main())"]
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.now += s
+
+
+def test_speed_paces_iterations_and_stamps_fresh_times(tmp_path):
+    t = FakeTime()
+    store = open_store(f"file://{tmp_path}")
+    stats = replay(Synthetic(ranks=4, iterations=5, step_ms=200, noise=0).steps(), store, "paced", speed=2.0,
+                   clock=t.clock, sleep=t.sleep)
+    assert stats.iterations == 5 and stats.rows == 5 * 4 * 5
+    assert t.sleeps == pytest.approx([0.1] * 5)  # 200 ms iterations at twice the speed
+    its = store.iterations("paced")
+    assert [i.last_timestamp - 1_800_000_000.0 for i in its] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert [i.step_ms for i in its] == pytest.approx([200.0] * 5)
+
+
+def test_injected_delay_slows_the_rank_and_the_step():
+    steps = list(Synthetic(ranks=8, iterations=6, step_ms=100, seed=2).steps())
+    inj = Injection.parse("3:forward-compute:50:4")
+    assert inj == Injection(3, STAGE_IDS["forward"], 50.0, 4)
+    before, after = inject(steps[3], [inj]), inject(steps[4], [inj])
+    assert before is steps[3]
+    f, ar = STAGE_IDS["forward"], STAGE_IDS["communication/allreduce"]
+    assert after.ms[3, f] == pytest.approx(steps[4].ms[3, f] + 50)
+    others = np.arange(8) != 3
+    np.testing.assert_allclose(after.ms[others, ar], steps[4].ms[others, ar] + 50)
+    assert after.step_ms == pytest.approx(steps[4].step_ms + 50)
+
+
+def test_step_table_names_timers_and_nodes():
+    step = next(Synthetic(ranks=6, iterations=1).steps())
+    table = step_table("t", step, 5.0, ranks_per_node=4)
+    rows = table.to_pylist()
+    assert {r["metric_name"] for r in rows} == {"forward-compute", "backward-compute", "optimizer",
+                                                "grads-all-reduce", "interval-time"}
+    assert {(r["rank"], r["node"]) for r in rows} == {(r, f"node-{r // 4}") for r in range(6)}
+    assert all(r["timestamp"] == 5.0 and r["job"] == "t" and len(r["metric_values"]) == 1 for r in rows)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("3:forward:50", "RANK:STAGE:MS:FROM_ITER"), ("3:warp:50:4", "neither a stage"),
+    ("x:forward:50:4", "must be integers"), ("3:forward:-5:4", "MS > 0"), ("3:interval-time:5:4", "neither a stage"),
+])
+def test_bad_injection_names_the_problem(text, message):
+    with pytest.raises(ValueError, match=message):
+        Injection.parse(text)
+
+
+@pytest.mark.parametrize("text, message", [("ranks=1", "ranks >= 2"), ("ranks=x", "ranks must be int"),
+                                           ("colour=red", "not KEY=VALUE")])
+def test_bad_synthetic_spec_names_the_problem(text, message):
+    with pytest.raises(ValueError, match=message):
+        Synthetic.parse(text)
+
+
+def test_injection_of_a_missing_rank_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="rank 9 is not in iteration 0"):
+        replay(Synthetic(ranks=4, iterations=2).steps(), open_store(f"file://{tmp_path}"), "j", speed=1e9,
+               injections=[Injection.parse("9:forward:10:0")])
+
+
+def test_cli_replays_a_recording_and_reports_bad_input(tmp_path):
+    fixture = REPO / "tests" / "python" / "fixtures" / "megatron_all.log"
+    ok = subprocess.run(CLI + ["replay", str(fixture), "--store", f"file://{tmp_path}/s", "--job", "rec",
+                               "--speed", "1000"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "replayed 6 iterations" in ok.stderr
+    assert [i.iteration for i in open_store(f"file://{tmp_path}/s").iterations("rec")] == [10, 20, 30, 40, 50, 60]
+    missing = subprocess.run(CLI + ["replay", str(tmp_path / "nope.jsonl"), "--store", f"file://{tmp_path}/s",
+                                    "--job", "x"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "nope.jsonl: no such file" in missing.stderr
+    neither = subprocess.run(CLI + ["replay", "--store", f"file://{tmp_path}/s", "--job", "x"], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+    assert neither.returncode == 2 and "either INPUT or --synthetic" in neither.stderr

@@ -1,0 +1,186 @@
+"""The monitor service (relax_straggler/monitor/service.py) in process: polls driven by the
+test (poll_once), a real file store, the analysis pool, the state file, store outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from relax_straggler.monitor.replay import Injection, Synthetic, replay
+from relax_straggler.monitor.service import Monitor, MonitorConfig
+from relax_straggler.monitor.store import open_store
+from relax_straggler.monitor.store_base import STEP_METRIC, Sample
+from relax_straggler.monitor.trigger import TriggerConfig
+from relax_straggler.readers.base import Topology
+
+from store_fixtures import file_url, store_url  # noqa: F401 (fixtures)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:40", first: int = 0) -> None:
+    store = open_store(url)
+    try:
+        steps = (s for s in Synthetic(ranks=16, iterations=iterations, step_ms=100, seed=3).steps() if s.step >= first)
+        replay(steps, store, job, speed=1e9, injections=[Injection.parse(inject)] if inject else [],
+               ranks_per_node=4)
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def make_monitor(tmp_path, store_url):
+    made = []
+
+    def make(clock=None, **trigger) -> Monitor:
+        cfg = MonitorConfig(store_url, check_interval_s=0.1, trigger=TriggerConfig(**trigger),
+                            state_path=str(tmp_path / "state.json"))
+        m = Monitor(cfg, **({"clock": clock} if clock else {}))
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.stop()
+
+
+def test_straggler_window_is_analysed_and_named(make_monitor, store_url):
+    m = make_monitor()
+    m.register("job-a", Topology(dp=16, pp=1, ranks_per_node=4))
+    write_job(store_url, "job-a", 50)
+    m.poll_once()
+    view = wait_for(lambda: (v := m.view("job-a"))["status"] == "detected" and v, what="detected")
+    assert [t["status"] for t in view["transitions"]] == ["active", "predicting", "detected"]
+    assert view["slowdown_check"]["straggler_prediction"] == {"straggler_rank": 5, "straggler_node": "node-1"}
+    ev = view["evidence"]
+    assert ev["window"]["first_iteration"] == 40 and ev["window"]["last_iteration"] == 44
+    assert (ev["kind"], ev["stage"], ev["votes"], ev["algorithms"]) == ("individual", "forward", 6, 6)
+    assert view["iteration_count"] == 50 and view["last_iteration"] == 49
+    assert view["slowdown_check"]["slow_iterations"] == 10
+    assert view["metrics"]["max_iteration_duration"] > 1.7 * view["metrics"]["min_iteration_duration"]
+
+
+def test_clean_job_triggers_nothing(make_monitor, store_url):
+    m = make_monitor()
+    m.register("calm")
+    write_job(store_url, "calm", 60, inject="")
+    m.poll_once()
+    view = m.view("calm")
+    assert view["status"] == "active" and view["analyses"] == 0 and view["analysing"] is None
+    assert view["iteration_count"] == 60
+
+
+def test_rows_older_than_the_registration_are_never_read(make_monitor, store_url):
+    write_job(store_url, "old", 50)  # slow from iteration 40, all before the registration
+    m = make_monitor()
+    m.register("old")
+    m.poll_once()
+    assert m.view("old")["iteration_count"] == 0
+
+
+def test_malformed_rows_are_reported_not_fatal(make_monitor, store_url):
+    m = make_monitor()
+    m.register("messy")
+    write_job(store_url, "messy", 50)
+    store = open_store(store_url)
+    now = time.time()
+    store.write([Sample(now, "messy", "no-such-timer", 3, 41, (5.0,)),
+                 Sample(now, "messy", "batch-generator", 2, 42, (-4.0,)),
+                 Sample(now, "messy", STEP_METRIC, 7, 43, (180.0,))])  # a second interval-time row of rank 7
+    store.close()
+    m.poll_once()
+    wait_for(lambda: m.view("messy")["status"] == "detected", what="detected")
+    result = m.results("messy")[-1]
+    assert result["straggler_rank"] == 5
+    assert result["problems"]["by_kind"] == {"unknown_op": 1, "bad_value": 1, "duplicate": 1}
+    assert any("no-such-timer" in p and "iteration 41 rank 3" in p for p in result["problems"]["first"])
+
+
+def test_hang_after_threshold_with_injected_clock(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("quiet")
+    write_job(store_url, "quiet", 10, inject="")
+    m.poll_once()
+    clock.now += 59.0
+    m.poll_once()
+    assert m.view("quiet")["status"] == "active"
+    clock.now += 2.0
+    m.poll_once()
+    view = m.view("quiet")
+    assert view["status"] == "hanging" and view["hang_check"]["is_hanging"]
+    assert view["hang_check"]["seconds_since_last_iteration"] == pytest.approx(61.0)
+    assert [t["status"] for t in view["transitions"]] == ["active", "hanging"]
+
+
+def test_restart_keeps_jobs_results_and_reruns_a_cut_analysis(make_monitor, store_url, tmp_path):
+    m = make_monitor()
+    m.register("done", Topology(dp=16, pp=1, ranks_per_node=4))
+    m.register("idle")
+    write_job(store_url, "done", 50)
+    m.poll_once()
+    wait_for(lambda: m.view("done")["status"] == "detected", what="detected")
+    m.stop()
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert sorted(state["jobs"]) == ["done", "idle"]
+    # a monitor killed while an analysis ran: the state names the window, the next one reruns it
+    state["jobs"]["done"]["pending"] = [40, 44]
+    state["jobs"]["done"]["results"] = []
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    again = make_monitor()
+    assert again.job_ids() == ["done", "idle"]
+    assert again.view("done")["topology"]["ranks_per_node"] == 4
+    again.start()
+    view = wait_for(lambda: (v := again.view("done"))["analyses"] == 1 and v, what="rerun analysis")
+    assert view["slowdown_check"]["straggler_prediction"]["straggler_rank"] == 5
+    again.stop()
+    third = make_monitor()
+    assert third.view("done")["analyses"] == 1 and third.view("done")["status"] == "detected"
+
+
+def test_store_outage_is_reported_and_recovered(file_url, tmp_path):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    m.register("j")
+    write_job(file_url, "j", 10, inject="")
+    m.poll_once()
+    assert m.health()["ok"]
+    store_dir = file_url[len("file://"):]
+    os.rename(store_dir, str(tmp_path / "away"))
+    m.poll_once()
+    health = m.health()
+    assert not health["ok"] and "missing" in health["error"] and health["errors"] == 1
+    m.poll_once()  # inside the backoff: no new attempt, no new error
+    assert m.health()["errors"] == 1
+    wait_for(lambda: (m.poll_once(), m.health()["errors"] >= 2)[1], what="a reconnect attempt after the backoff")
+    assert not os.path.exists(store_dir)  # the reconnect did not start over on an empty store
+    os.rename(str(tmp_path / "away"), store_dir)
+    write_job(file_url, "j", 15, inject="", first=10)
+    wait_for(lambda: (m.poll_once(), m.health()["ok"])[1], what="reconnect")
+    assert m.view("j")["iteration_count"] == 15 and m.job_ids() == ["j"]
+    m.stop()
+
+
+def test_unreadable_state_file_is_refused(tmp_path, file_url):
+    path = tmp_path / "state.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="state.json: cannot read"):
+        Monitor(MonitorConfig(file_url, state_path=str(path)))
