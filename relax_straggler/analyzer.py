@@ -19,7 +19,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence, Union
 import torch
 import torch.distributed as dist
 
-from relax_straggler._ext import ext
+from relax_straggler._ext import core, ext
 from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
@@ -91,6 +91,10 @@ class Analyzer:
                  config: StragglerConfig, report_fn: Optional[Callable[[dict, int], None]],
                  group: Optional[dist.ProcessGroup], comparison_group: Optional[int] = None) -> None:
         C = ext()
+        # The reports are judged by the engine (relax_straggler._core): a build without it
+        # (one from before it existed) fails here, on every rank before any collective,
+        # rather than on every report.
+        core()
         self.config = config
         self._comparison_group = comparison_group
         use_cuda = _use_cuda(config, models)
@@ -270,12 +274,14 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     thread, once per sampled step. group: the process group whose ranks are compared
     (default: the world), the same group on every process. Collective when
     torch.distributed is initialized: every rank of the default group calls install() at
-    the same point. comparison_group: this rank's group id (>= 0) when ranks do different
-    work by design, for example its pipeline-parallel rank: ranks are then judged only
-    against their own group and the spread between groups is reported as structural
-    imbalance (straggler/{stage}/imbalance_ratio). Give it on every rank or on none.
+    the same point. comparison_group: this rank's group id (0 <= id < 2**31) when ranks
+    do different work by design, for example its pipeline-parallel rank: ranks are then
+    judged only against their own group and the spread between groups is reported as
+    structural imbalance (straggler/{stage}/imbalance_ratio). Give it on every rank or
+    on none.
     Raises ValueError for a bad config or comparison_group, TypeError for an optimizer
-    without step hooks.
+    without step hooks, ImportError (with build instructions) when an extension is not
+    built.
     A second analyzer installed while one is active is allowed (with a warning).
     """
     config = config if config is not None else StragglerConfig(enabled=True)
@@ -288,9 +294,10 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     if optimizer is not None and not hasattr(optimizer, "register_step_pre_hook"):
         raise TypeError(f"{type(optimizer).__name__} has no register_step_pre_hook (torch.optim.Optimizer has): "
                         "pass optimizer=None and call analyzer.step() once per step")
+    # The verdict takes group ids as int32.
     if comparison_group is not None and (isinstance(comparison_group, bool) or not isinstance(comparison_group, int)
-                                         or comparison_group < 0):
-        raise ValueError(f"comparison_group must be an integer >= 0 or None, got {comparison_group!r}")
+                                         or not 0 <= comparison_group < 2**31):
+        raise ValueError(f"comparison_group must be an integer in [0, 2**31) or None, got {comparison_group!r}")
     analyzer = Analyzer(models, optimizer, config, report_fn, group, comparison_group)
     _ACTIVE.append(analyzer)
     return analyzer

@@ -10,10 +10,12 @@ Metric names (RFC #334, all under ``straggler/``; these never change meaning):
   {stage}/relative_score  the top rank's score, 0..1, lower is slower
   {stage}/top_rank        compute: slowest rank; communication: the rank that arrived last
   {stage}/num_stragglers  ranks flagged in the stage
-  {stage}/imbalance_ratio with comparison groups (pipeline stages): the largest group
-                          reference over the smallest, structural and not a straggler;
+  {stage}/imbalance_ratio with comparison groups (pipeline stages): the largest group's
+                          mean over the smallest's, each over the group's unflagged
+                          ranks; structural and not a straggler;
                           ref_ms, max_ms, slowdown_ratio, relative_score and top_rank are
                           then those of the group whose worst rank costs the most
+                          among the groups with stragglers (all when none has)
   communication/blamed_rank    the rank that arrived last in most comparable collectives
   communication/wait_ms        mean over ranks of the time each waited for the last arriver
   communication/late_arrivals  collectives in which blamed_rank arrived last
@@ -113,7 +115,13 @@ def late_arrivals(gathered: Gathered, judged: np.ndarray) -> Optional[LateArriva
     return LateArrivals(int(np.argmax(late_counts)), late_counts, wait_ms, n)
 
 
-_warned_partial_groups = False
+_warned: set[str] = set()  # setup problems already logged (each once per process)
+
+
+def _warn_once(key: str, message: str, *args: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message + " (logged once)", *args)
 
 
 def comparison_groups(groups: np.ndarray, step: int) -> Optional[np.ndarray]:
@@ -123,13 +131,15 @@ def comparison_groups(groups: np.ndarray, step: int) -> Optional[np.ndarray]:
     if np.all(groups < 0):
         return None
     if np.any(groups < 0):
-        global _warned_partial_groups
-        if not _warned_partial_groups:
-            _warned_partial_groups = True
-            log.warning("relax_straggler: step %d: ranks %s gave no comparison group while others did; comparing "
-                        "all ranks (logged once)", step, np.flatnonzero(groups < 0).tolist())
+        _warn_once("partial", "relax_straggler: step %d: ranks %s gave no comparison group while others did; "
+                   "comparing all ranks", step, np.flatnonzero(groups < 0).tolist())
         return None
-    return groups if np.unique(groups).size > 1 else None
+    distinct = np.unique(groups).size
+    if distinct == groups.size:
+        # Pipeline parallelism alone (DP = TP = 1): no rank has a peer doing the same work.
+        _warn_once("singletons", "relax_straggler: every comparison group has one rank: no rank can be named a "
+                   "straggler, only the imbalance between groups is reported")
+    return groups if distinct > 1 else None
 
 
 def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,

@@ -200,23 +200,34 @@ void validate(const StepMatrix& matrix, const VerdictConfig& config) {
   }
 }
 
-// The rows of one comparison group as a matrix of their own, with their row ids in `matrix`.
-std::pair<StepMatrix, std::vector<std::int32_t>> rows_of_group(const StepMatrix& matrix,
-                                                               const std::vector<std::int32_t>& groups, std::int32_t id) {
+// The given rows of `matrix` (ascending row ids) as a matrix of their own.
+StepMatrix rows_of(const StepMatrix& matrix, const std::int32_t* rows, std::size_t count) {
   StepMatrix sub;
   sub.step = matrix.step;
   sub.stages = matrix.stages;
   sub.kinds = matrix.kinds;
-  std::vector<std::int32_t> rows;
   const std::size_t stages = matrix.num_stages();
-  for (std::size_t r = 0; r < groups.size(); ++r) {
-    if (groups[r] != id) continue;
-    rows.push_back(static_cast<std::int32_t>(r));
+  sub.ms.reserve(count * stages);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto r = static_cast<std::size_t>(rows[i]);
     sub.ms.insert(sub.ms.end(), matrix.ms.begin() + static_cast<std::ptrdiff_t>(r * stages),
                   matrix.ms.begin() + static_cast<std::ptrdiff_t>((r + 1) * stages));
   }
-  sub.num_ranks = static_cast<std::int32_t>(rows.size());
-  return {std::move(sub), std::move(rows)};
+  sub.num_ranks = static_cast<std::int32_t>(count);
+  return sub;
+}
+
+// Whether group verdict `g` (rank ids already rows of the whole matrix) should speak for
+// the stage instead of `cur`, the stage so far (its stragglers: those of every group seen,
+// non-empty exactly when its speaking group has some). A group with stragglers first, so
+// that the stage's top rank is flagged whenever a rank is (as ungrouped); then the larger
+// excess; then the lower top rank.
+bool speaks_before(const StageVerdict& g, const StageVerdict& cur) {
+  if (cur.top_rank < 0) return true;
+  const bool flagged = !g.stragglers.empty(), cur_flagged = !cur.stragglers.empty();
+  if (flagged != cur_flagged) return flagged;
+  if (g.excess_ms != cur.excess_ms) return g.excess_ms > cur.excess_ms;
+  return g.top_rank < cur.top_rank;
 }
 
 }  // namespace
@@ -264,44 +275,59 @@ StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config, co
   for (std::size_t r = 0; r < groups.size(); ++r) {
     if (groups[r] < 0) throw std::invalid_argument("groups[" + std::to_string(r) + "] is negative");
   }
-  std::vector<std::int32_t> ids(groups);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  if (ids.size() <= 1) return judge_step(matrix, config);
+  // Row ids ordered by group (ascending rows within one): each group is one contiguous
+  // run, found in O(ranks log ranks) whatever the number of groups.
+  const auto group_of = [&groups](std::int32_t r) { return groups[static_cast<std::size_t>(r)]; };
+  std::vector<std::int32_t> order(groups.size());
+  for (std::size_t r = 0; r < order.size(); ++r) order[r] = static_cast<std::int32_t>(r);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return group_of(a) < group_of(b); });
+  if (order.empty() || group_of(order.front()) == group_of(order.back())) return judge_step(matrix, config);
 
   StepVerdict v;
   v.step = matrix.step;
   v.stages.resize(matrix.num_stages());
   std::vector<double> mean_sums(matrix.num_stages(), 0.0);
-  std::vector<double> ref_lo(matrix.num_stages(), std::numeric_limits<double>::infinity());
-  std::vector<double> ref_hi(matrix.num_stages(), 0.0);
-  std::vector<int> refs_seen(matrix.num_stages(), 0);
-  for (std::int32_t id : ids) {
-    const auto [sub, rows] = rows_of_group(matrix, groups, id);
+  std::vector<double> work_lo(matrix.num_stages(), std::numeric_limits<double>::infinity());
+  std::vector<double> work_hi(matrix.num_stages(), 0.0);
+  std::vector<int> works_seen(matrix.num_stages(), 0);
+  std::vector<std::int32_t> stragglers;  // the stage's, kept while the speaking group changes
+  for (std::size_t begin = 0, end = 0; begin < order.size(); begin = end) {
+    const std::int32_t id = group_of(order[begin]);
+    for (end = begin; end < order.size() && group_of(order[end]) == id; ++end) {}
+    const std::int32_t* rows = order.data() + begin;
+    const StepMatrix sub = rows_of(matrix, rows, end - begin);
     StepVerdict g;
     judge_stages(sub, config, g);
     for (std::size_t s = 0; s < g.stages.size(); ++s) {
-      const StageVerdict& gs = g.stages[s];
+      StageVerdict& gs = g.stages[s];
       StageVerdict& out = v.stages[s];
       if (gs.ranks_reporting == 0) continue;
-      mean_sums[s] += gs.mean_ms * gs.ranks_reporting;
-      out.ranks_reporting += gs.ranks_reporting;
-      for (std::int32_t r : gs.stragglers) out.stragglers.push_back(rows[static_cast<std::size_t>(r)]);
-      // Communication times between groups differ by waiting on each other (1F1B), not by work.
-      if (gs.kind == StageKind::kCompute && gs.ref_ms > 0.0) {
-        ref_lo[s] = std::min(ref_lo[s], gs.ref_ms);
-        ref_hi[s] = std::max(ref_hi[s], gs.ref_ms);
-        ++refs_seen[s];
+      const double sum = gs.mean_ms * gs.ranks_reporting;
+      mean_sums[s] += sum;
+      // Communication times between groups differ by waiting on each other (1F1B), not by
+      // work. The group's work is the mean of its unflagged ranks: a straggler's own
+      // slowness would otherwise come back as imbalance (with two replicas, a 2x rank
+      // makes its group's mean 1.5x).
+      const auto healthy = static_cast<std::size_t>(gs.ranks_reporting) - gs.stragglers.size();
+      if (gs.kind == StageKind::kCompute && healthy > 0) {
+        double flagged = 0.0;
+        for (std::int32_t r : gs.stragglers) flagged += sub.at(r, s);
+        const double work = (sum - flagged) / static_cast<double>(healthy);
+        if (work > 0.0) {
+          work_lo[s] = std::min(work_lo[s], work);
+          work_hi[s] = std::max(work_hi[s], work);
+          ++works_seen[s];
+        }
       }
-      // The group whose worst rank costs the most speaks for the stage.
-      if (out.top_rank < 0 || gs.excess_ms > out.excess_ms) {
-        const std::int32_t reporting = out.ranks_reporting;
-        std::vector<std::int32_t> stragglers = std::move(out.stragglers);
-        out = gs;
-        out.top_rank = rows[static_cast<std::size_t>(gs.top_rank)];
-        out.ranks_reporting = reporting;
-        out.stragglers = std::move(stragglers);
-      }
+      gs.top_rank = rows[static_cast<std::size_t>(gs.top_rank)];
+      for (std::int32_t& r : gs.stragglers) r = rows[static_cast<std::size_t>(r)];
+      const bool speaks = speaks_before(gs, out);
+      stragglers = std::move(out.stragglers);
+      stragglers.insert(stragglers.end(), gs.stragglers.begin(), gs.stragglers.end());
+      const std::int32_t reporting = out.ranks_reporting + gs.ranks_reporting;
+      if (speaks) out = gs;
+      out.ranks_reporting = reporting;
+      out.stragglers = std::move(stragglers);
     }
   }
   for (std::size_t s = 0; s < v.stages.size(); ++s) {
@@ -313,7 +339,7 @@ StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config, co
       continue;
     }
     out.mean_ms = mean_sums[s] / out.ranks_reporting;
-    out.imbalance_ratio = refs_seen[s] >= 2 ? ref_hi[s] / ref_lo[s] : kNaN;
+    out.imbalance_ratio = works_seen[s] >= 2 ? work_hi[s] / work_lo[s] : kNaN;
     std::sort(out.stragglers.begin(), out.stragglers.end());
   }
   v.likely_bottleneck = likely_bottleneck(v.stages, config.noise_floor_ms);

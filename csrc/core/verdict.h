@@ -55,10 +55,13 @@ struct StageVerdict {
   // What the slowest rank costs: max - ref (compute), ref - min (communication).
   double excess_ms = 0.0;
   std::vector<std::int32_t> stragglers;  // ascending rank ids
-  // Grouped verdicts, compute stages only: the largest group reference over the smallest
-  // (>= 1; NaN with fewer than two groups reporting; NaN for communication stages, whose
-  // times between groups differ by waiting on each other, not by work). ref/max/min/top_rank/slowdown/score/excess are then
-  // those of the group whose top rank costs the most; mean_ms is over all ranks.
+  // Grouped verdicts, compute stages only: the largest group's work over the smallest's,
+  // a group's work being the mean time of its ranks not flagged in the stage, since a
+  // straggler is not imbalance (>= 1; NaN with fewer than two groups reporting; NaN for
+  // communication stages, whose times between groups differ by waiting on each other, not
+  // by work). ref/max/min/top_rank/slowdown/score/excess are then those of the group whose
+  // top rank costs the most among the groups with stragglers (among all when none has
+  // any); mean_ms is over all ranks.
   double imbalance_ratio = std::numeric_limits<double>::quiet_NaN();
 };
 
@@ -79,7 +82,8 @@ StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config);
 
 // Judges each rank against its comparison group only: groups[r] is rank r's group id
 // (>= 0; for example its pipeline stage). Rank ids in the result are rows of `matrix`.
-// One distinct id gives exactly judge_step(matrix, config). Complexity O(ranks x stages).
+// One distinct id gives exactly judge_step(matrix, config). Complexity
+// O(ranks x stages + ranks log ranks), whatever the number of groups.
 // Throws std::invalid_argument when groups.size() != num_ranks or an id is negative.
 StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config, const std::vector<std::int32_t>& groups);
 

@@ -373,10 +373,10 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     schedules; default ``megatron.core.utils.get_model_config(model[0])``.
     module_patterns: {stage: class-name regex} for --straggler-enable-module-stages.
     report_fn and group: as relax_straggler.install. comparison_group: "pipeline" (the
-    default) judges each rank against the data-parallel replicas of its own pipeline
-    stage when Megatron's parallel state has PP > 1 (the first and last stages do
-    different work by design: embedding, loss), and reports the spread between stages as
-    structural imbalance; an int is an explicit group id as in relax_straggler.install;
+    default) judges each rank against the other ranks (data-, tensor-, context-parallel
+    peers) of its own pipeline stage when Megatron's parallel state has PP > 1 (the
+    first and last stages do different work by design: embedding, loss), and reports the
+    spread between stages as structural imbalance; an int is an explicit group id as in relax_straggler.install;
     None compares all ranks. Collective when torch.distributed is initialized: every
     rank calls it at the same point.
     Raises ValueError for a bad config or patterns, ImportError without megatron-core

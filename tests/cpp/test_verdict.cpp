@@ -274,3 +274,37 @@ TEST(GroupedVerdict, RejectsBadGroups) {
   EXPECT_THROW(rs::judge_step(m, rfc(), {0, 1}), std::invalid_argument);
   EXPECT_THROW(rs::judge_step(m, rfc(), {0, -1, 1}), std::invalid_argument);
 }
+
+TEST(GroupedVerdict, StageSpeaksForAGroupWithAStraggler) {
+  // Group 0 (~10 ms) has a straggler, rank 3 (14 >= 11 x 1.2); group 1 (~200 ms) only has
+  // noise, rank 7 at 206 (4.5 ms over its group, below both thresholds) but a larger
+  // excess. The stage's top rank and the hint name the straggler, as ungrouped.
+  const std::vector<std::int32_t> groups{0, 0, 0, 0, 1, 1, 1, 1};
+  auto v = rs::judge_step(column("forward", {10, 10, 10, 14, 200, 200, 200, 206}), rfc(), groups);
+  const auto& s = v.stages[0];
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{3}));
+  EXPECT_EQ(s.top_rank, 3);
+  EXPECT_DOUBLE_EQ(s.ref_ms, 11.0);
+  EXPECT_DOUBLE_EQ(s.excess_ms, 3.0);
+  EXPECT_NE(v.hints.find("rank 3 is slow in forward: 14.0 ms vs group mean 11.0 ms"), std::string::npos) << v.hints;
+}
+
+TEST(GroupedVerdict, TiesNameTheLowestRank) {
+  // Group ids not in rank order; no spread anywhere: rank 0, as ungrouped.
+  auto v = rs::judge_step(column("forward", {100, 120, 100, 120}), rfc(), {1, 0, 1, 0});
+  EXPECT_EQ(v.stages[0].top_rank, 0);
+}
+
+TEST(GroupedVerdict, StragglerIsNotStructuralImbalance) {
+  // Balanced pipeline stages (100 ms), one slow GPU (rank 3): its own slowness must not
+  // come back as imbalance between the groups (group 1's mean is 150 with it, 100 without).
+  auto v = rs::judge_step(column("forward", {100, 100, 100, 200}), rfc(), {0, 0, 1, 1});
+  const auto& s = v.stages[0];
+  EXPECT_EQ(s.stragglers, (std::vector<std::int32_t>{3}));
+  EXPECT_DOUBLE_EQ(s.imbalance_ratio, 1.0);
+  EXPECT_EQ(v.hints.find("structural imbalance"), std::string::npos) << v.hints;
+  // Heavier stage and a straggler in it: the imbalance is the healthy ranks' (150 / 100).
+  v = rs::judge_step(column("forward", {100, 100, 150, 150, 150, 300}), rfc(), {0, 0, 1, 1, 1, 1});
+  EXPECT_EQ(v.stages[0].stragglers, (std::vector<std::int32_t>{5}));
+  EXPECT_DOUBLE_EQ(v.stages[0].imbalance_ratio, 1.5);
+}

@@ -60,7 +60,7 @@ def test_slow_rank_is_judged_against_its_own_pipeline_stage():
 
 
 def test_groups_on_some_ranks_only_compare_all_ranks_and_warn_once(caplog, monkeypatch):
-    monkeypatch.setattr(report_module, "_warned_partial_groups", False)
+    monkeypatch.setattr(report_module, "_warned", set())
     groups = [0, 0, 1, None]
     with caplog.at_level(logging.WARNING, logger="relax_straggler.report"):
         for step in (5, 6):
@@ -69,13 +69,38 @@ def test_groups_on_some_ranks_only_compare_all_ranks_and_warn_once(caplog, monke
     assert sum("gave no comparison group" in r.message for r in caplog.records) == 1
 
 
+def test_one_rank_per_group_says_nobody_can_be_named(caplog, monkeypatch):
+    # PP = 4 alone: every rank is its own group, only the imbalance can be reported.
+    monkeypatch.setattr(report_module, "_warned", set())
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.report"):
+        for step in (5, 6):
+            report = build_report(gathered([100, 100, 100, 150], [0, 1, 2, 3], step), step, CONFIG, 0, {})
+            assert report.metrics["straggler/num_stragglers"] == 0
+            assert report.metrics["straggler/forward/imbalance_ratio"] == pytest.approx(1.5)
+    assert sum("every comparison group has one rank" in r.message for r in caplog.records) == 1
+
+
 def test_one_group_everywhere_is_the_ungrouped_verdict():
     a = build_report(gathered([100, 100, 100, 160], [2, 2, 2, 2]), 5, CONFIG, 0, {})
     b = build_report(gathered([100, 100, 100, 160], [None] * 4), 5, CONFIG, 0, {})
     assert a.metrics == b.metrics and a.groups is None
 
 
-@pytest.mark.parametrize("bad", [-1, 1.5, True, "0"])
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "0", 2**31])  # ids travel as int32 to the verdict
 def test_install_rejects_a_bad_comparison_group(bad):
     with pytest.raises(ValueError, match="comparison_group"):
         relax_straggler.install(torch.nn.Linear(2, 2), None, comparison_group=bad)
+
+
+def test_install_fails_fast_without_the_engine_extension(monkeypatch):
+    # An old build (before relax_straggler._core existed) still has _C: install must say so
+    # at once rather than log a failed report on every sampled step.
+    from relax_straggler import analyzer as analyzer_module
+
+    def missing():
+        raise ImportError("relax_straggler._core is not built")
+
+    monkeypatch.setattr(analyzer_module, "core", missing)
+    with pytest.raises(ImportError, match="_core is not built"):
+        relax_straggler.install(torch.nn.Linear(2, 2), None)
+    assert not analyzer_module._ACTIVE
