@@ -51,6 +51,20 @@ def _torch_extension() -> Extension:
     return cpp_extension.CppExtension(**kwargs)
 
 
+class BuildExtension(cpp_extension.BuildExtension):
+    """Builds each extension in its own folder: both compile csrc/core/intervals.cpp, with
+    different flags, and a shared object file would be rebuilt (and both relinked) by
+    every build."""
+
+    def build_extension(self, ext: Extension) -> None:
+        base = self.build_temp
+        self.build_temp = os.path.join(base, ext.name)
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = base
+
+
 setup(
     name="relax_straggler",
     version="0.1.0",
@@ -62,5 +76,5 @@ setup(
     # `setup.py build_ext --inplace` builds and rebuilds incrementally (make build).
     ext_modules=[] if os.environ.get("RELAX_STRAGGLER_NO_EXT") else [_core_extension(), _torch_extension()],
     entry_points={"console_scripts": ["relax-straggler=relax_straggler.cli:main"]},
-    cmdclass={"build_ext": cpp_extension.BuildExtension},
+    cmdclass={"build_ext": BuildExtension},
 )

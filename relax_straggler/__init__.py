@@ -10,10 +10,8 @@ use, so the offline analysis and the monitor service (which never need torch) st
 without importing it.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
+from typing import Any as _Any
 
 __version__ = "0.1.0"
 
@@ -33,11 +31,11 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'relax_straggler' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 
