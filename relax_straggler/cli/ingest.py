@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     from relax_straggler.monitor.ingest import IngestStats, ingest
     from relax_straggler.monitor.store import open_store
-    from relax_straggler.monitor.store_base import StoreError
+    from relax_straggler.monitor.store_base import StoreError, check_job_id
     from relax_straggler.readers import InputError, open_source
 
     err = Console(stderr=True)
@@ -51,8 +51,10 @@ def run(args: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
         return code
 
-    if not args.job:
-        return fail("--job must not be empty", 2)
+    try:
+        check_job_id(args.job)
+    except ValueError as exc:
+        return fail(str(exc), 2)
     for name in ("ranks_per_node", "batch_rows"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}", 2)

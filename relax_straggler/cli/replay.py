@@ -35,11 +35,16 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from relax_straggler.monitor.replay import Injection, Synthetic, recorded_steps, replay
     from relax_straggler.monitor.store import open_store
-    from relax_straggler.monitor.store_base import StoreError
+    from relax_straggler.monitor.store_base import StoreError, check_job_id
     from relax_straggler.readers import InputError
 
     if (args.input is None) == (args.synthetic is None):
         log.error("replay: give either INPUT or --synthetic SPEC")
+        return 2
+    try:
+        check_job_id(args.job)
+    except ValueError as exc:
+        log.error("replay: %s", exc)
         return 2
     try:
         injections = [Injection.parse(text) for text in args.inject_delay]

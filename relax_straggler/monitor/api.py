@@ -3,7 +3,7 @@
     GET    /                      health: version, store status, jobs, check interval
     GET    /jobs                  registered jobs with their status
     POST   /jobs/{job_id}         register (201; 200 when registered already); optional JSON
-                                  body {"dp", "pp", "tp", "ranks_per_node"}
+                                  body {"dp", "pp", "tp", "ranks_per_node"} (dp required in it)
     DELETE /jobs/{job_id}         unregister (404 when unknown)
     GET    /jobs/{job_id}         the job's status (as GET /{job_id})
     GET    /jobs/{job_id}/results every kept analysis, oldest first
@@ -15,7 +15,8 @@
                                   metrics, iteration_count, last_iteration, evidence
 
 Errors are JSON {"detail": message}: 404 unknown job, 422 a job id outside JOB_ID_PATTERN
-or a malformed body (the message names the field), 400 a layout the engine rejects.
+or a malformed body (the message names the field; dp is required in a non-empty body), 400 a
+layout the engine rejects or one of more than MAX_RANKS ranks.
 """
 
 from __future__ import annotations
@@ -30,19 +31,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 from relax_straggler.monitor.service import Monitor
+from relax_straggler.monitor.store_base import JOB_ID_PATTERN
+from relax_straggler.monitor.window_analysis import MAX_RANKS
 from relax_straggler.readers.base import Topology
 
-# Job ids: what Megatron / Slurm job names use; never a path or an API word ("jobs" and
-# "metrics" are routes of their own and cannot be read through GET /{job_id}).
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
+# Job ids as store_base.JOB_ID_PATTERN; "jobs" and "metrics" are routes of their own and
+# cannot be read through GET /{job_id}.
 JobId = Path(pattern=JOB_ID_PATTERN, description="job id: letters, digits and . _ : @ + -, at most 128")
 
 
 class TopologyBody(BaseModel):
-    """The job's parallel layout (all optional; absent = flat data parallel)."""
+    """The job's parallel layout: no body (or {}) = flat data parallel; otherwise dp is required
+    and dp x pp x tp at most MAX_RANKS."""
 
     model_config = ConfigDict(extra="forbid")
-    dp: int = Field(1, ge=1, description="data-parallel size")
+    dp: int = Field(1, ge=1, description="data-parallel size (required in a non-empty body)")
     pp: int = Field(1, ge=1, description="pipeline-parallel size")
     tp: int = Field(1, ge=1, description="tensor-parallel size")
     ranks_per_node: Optional[int] = Field(None, ge=1, description="ranks per node (rank // it = node)")
@@ -86,11 +89,17 @@ def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
 
     def register(job_id: str, body: Optional[TopologyBody]) -> tuple[dict, bool]:
         topology = None
-        if body is not None:
+        if body is not None and body.model_fields_set:  # {} is no layout, like no body
+            if "dp" not in body.model_fields_set:  # a default dp of 1 would make every other rank "outside"
+                raise HTTPException(422, "body.dp: required with pp, tp or ranks_per_node (send no body for a "
+                                         "flat data-parallel job)")
             try:
                 topology = Topology(dp=body.dp, pp=body.pp, tp=body.tp, ranks_per_node=body.ranks_per_node)
             except ValueError as exc:
                 raise HTTPException(400, f"topology: {exc}") from None
+            if topology.world_size > MAX_RANKS:
+                raise HTTPException(400, f"topology: dp x pp x tp = {topology.world_size:,} ranks, more than the "
+                                         f"{MAX_RANKS:,} the monitor analyses")
         return monitor.register(job_id, topology)
 
     def unregister(job_id: str) -> dict:

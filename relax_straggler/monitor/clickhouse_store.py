@@ -41,7 +41,6 @@ from relax_straggler.monitor.store_base import (SAMPLE_SCHEMA, STEP_METRIC, Iter
 log = logging.getLogger(__name__)
 
 TABLE = "megatron_metrics"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # ClickHouse error codes after which the table is created again and the request retried
 # once: UNKNOWN_TABLE (60), UNKNOWN_DATABASE (81) (a server that lost its data directory).
 _MISSING_TABLE_CODES = ("code 60:", "code 81:")
@@ -180,8 +179,6 @@ class ClickHouseStore:
         scheme, host, port, database = parse_store_url(url)
         if scheme != "clickhouse":
             raise ValueError(f"store URL {url!r}: ClickHouseStore needs clickhouse://HOST:PORT/DB")
-        if not _IDENTIFIER.match(database):
-            raise ValueError(f"store URL {url!r}: database {database!r} must be letters, digits and '_'")
         self.url = url
         self.database = database
         self._table = f"`{database}`.`{TABLE}`"

@@ -342,7 +342,7 @@ class FileStore:
                 continue
             try:
                 raw = json.loads(line)
-                entry = _Entry(raw["seg"], raw["off"], raw["len"], raw["rows"], raw["its"])
+                entry = _Entry(raw["seg"], raw["off"], raw["len"], raw["rows"], _checked_its(raw["its"]))
             except (ValueError, KeyError, TypeError) as exc:
                 self._problem(f"{path}: unreadable index line ({exc}); its frame's rows are not visible")
                 continue
@@ -362,6 +362,17 @@ class FileStore:
         log.warning("%s", message)
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(message)
+
+
+def _checked_its(its) -> list:
+    """An index line's "its" ([[iteration, step_ms or None, first_ts, last_ts, ranks], ...]),
+    or ValueError when it has another shape (a foreign or damaged line must not stop a reader)."""
+    number = (int, float)
+    if not isinstance(its, list) or not all(
+            isinstance(x, list) and len(x) == 5 and type(x[0]) is int and (x[1] is None or isinstance(x[1], number))
+            and isinstance(x[2], number) and isinstance(x[3], number) and type(x[4]) is int for x in its):
+        raise ValueError(f"'its' is not a list of [iteration, step_ms, first_ts, last_ts, ranks]: {str(its)[:80]}")
+    return its
 
 
 def _check_rows(table: pa.Table) -> None:

@@ -151,7 +151,10 @@ class Monitor:
     def _loop(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.poll_once()
+            try:
+                self.poll_once()
+            except Exception:  # a bug in one poll must not end polling while the API still answers
+                log.exception("poll failed; polling again in %.1f s", self.config.check_interval_s)
             self._stop.wait(max(0.0, self.config.check_interval_s - (time.monotonic() - started)))
 
     # --- registration ------------------------------------------------------------------

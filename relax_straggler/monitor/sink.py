@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import numpy as np
 import pyarrow as pa
 
-from relax_straggler.monitor.store_base import SAMPLE_SCHEMA, STEP_METRIC, Store, parse_store_url
+from relax_straggler.monitor.store_base import SAMPLE_SCHEMA, STEP_METRIC, Store, check_job_id, parse_store_url
 from relax_straggler.readers.megatron_names import stage_timer_name
 from relax_straggler.report import Report
 from relax_straggler.stages import CORE_STAGES
@@ -65,15 +65,18 @@ def default_nodes(world_size: int) -> list[str]:
 
 def split_sink_url(url: str) -> tuple[str, Optional[str]]:
     """(store URL, job id or None) of ``STORE_URL[?job=ID]``. Raises ValueError for a bad
-    store URL or query."""
+    store URL or query (a job id the monitor's API cannot serve included)."""
     parts = urlsplit(url)
     query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     unknown = sorted(set(query) - {"job"})
     if unknown:
         raise ValueError(f"store URL {url!r}: unknown parameter(s) {unknown}; only ?job=ID")
     job = query.get("job", [None])[-1]
-    if job == "":
-        raise ValueError(f"store URL {url!r}: job= must not be empty")
+    if job is not None:
+        try:
+            check_job_id(job)
+        except ValueError as exc:
+            raise ValueError(f"store URL {url!r}: {exc}") from None
     store_url = urlunsplit(parts._replace(query=""))
     parse_store_url(store_url)
     return store_url, job

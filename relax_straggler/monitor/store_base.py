@@ -20,6 +20,7 @@ Stores are opened from a URL by relax_straggler.monitor.store.open_store:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Protocol, Sequence
 
@@ -28,6 +29,16 @@ import pyarrow as pa
 
 # The timer whose value is a rank's whole iteration (Megatron's interval-time, ms).
 STEP_METRIC = "interval-time"
+# Job ids the monitor's API serves: what Megatron / Slurm job names use; never a path. Stores
+# take any non-empty id; replay and ingest refuse the others, which no API call could reach.
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
+
+
+def check_job_id(job: str) -> None:
+    """Raises ValueError when the monitor's API cannot serve `job` (JOB_ID_PATTERN)."""
+    if not re.fullmatch(JOB_ID_PATTERN, job):  # fullmatch: no trailing newline either
+        raise ValueError(f"job id {job!r} cannot be registered with the monitor: use letters, digits and . _ : @ + -, "
+                         "first a letter or digit, at most 128")
 
 
 class StoreError(Exception):
@@ -139,7 +150,8 @@ class Store(Protocol):
 
 
 def parse_store_url(url: str) -> tuple[str, str, Optional[int], str]:
-    """(scheme, host_or_dir, port, database) of a store URL. Raises ValueError naming the URL."""
+    """(scheme, host_or_dir, port, database) of a store URL. Raises ValueError naming the URL
+    (also for a ClickHouse database name that is not letters, digits and '_')."""
     from urllib.parse import urlparse
 
     parsed = urlparse(url)
@@ -151,5 +163,8 @@ def parse_store_url(url: str) -> tuple[str, str, Optional[int], str]:
     if parsed.scheme == "clickhouse":
         if not parsed.hostname:
             raise ValueError(f"store URL {url!r}: clickhouse:// needs a host, e.g. clickhouse://127.0.0.1:8123/default")
-        return "clickhouse", parsed.hostname, parsed.port or 8123, parsed.path.strip("/") or "default"
+        database = parsed.path.strip("/") or "default"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database):  # it is spliced into the SQL
+            raise ValueError(f"store URL {url!r}: database {database!r} must be letters, digits and '_'")
+        return "clickhouse", parsed.hostname, parsed.port or 8123, database
     raise ValueError(f"store URL {url!r}: scheme must be file:// or clickhouse://")

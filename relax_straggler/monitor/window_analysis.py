@@ -20,11 +20,14 @@ import numpy as np
 from relax_straggler.analysis import AnalyzeConfig, analyze, build_summary
 from relax_straggler.monitor.store_base import Store
 from relax_straggler.monitor.trigger import Window
-from relax_straggler.readers.base import StepTimes, Topology
+from relax_straggler.readers.base import InputError, StepTimes, Topology
 from relax_straggler.readers.metrics_rows import StoreSource
 
 # Evidence lines kept per result.
 MAX_EVIDENCE = 12
+# Largest rank id + 1 an analysis accepts (and largest registered layout, api.py): the engine
+# sizes its arrays by the world, so one stray rank id in the rows must not size them.
+MAX_RANKS = 1 << 20
 
 
 class _Recording:
@@ -43,6 +46,9 @@ class _Recording:
 
     def steps(self) -> Iterator[StepTimes]:
         for step in self.source.steps():
+            if len(step.ranks) and int(step.ranks.max()) >= MAX_RANKS:
+                raise InputError(f"{self.path}: step {step.step}: rank {int(step.ranks.max())} is beyond the "
+                                 f"{MAX_RANKS:,} ranks the monitor analyses")
             self.kept.append(step)
             yield step
 
@@ -53,7 +59,8 @@ def analyse_window(store: Store, job: str, window: Window, since: float, topolog
     of `job` with rows not older than `since` (s). Keys: window, verdict, straggler_rank,
     straggler_node, stage, stages, kind, cause, ratio, excess_ms, votes, algorithms,
     ensemble, evidence, problems, rows, analysis_s, finished_at.
-    Raises StoreError (store), InputError (no usable row, ranks outside the topology)."""
+    Raises StoreError (store), InputError (no usable row, ranks outside the topology or at
+    or beyond MAX_RANKS)."""
     start = time.perf_counter()
     source = StoreSource(store, job, window.first_iteration, window.last_iteration, since=since, topology=topology)
     recording = _Recording(source)

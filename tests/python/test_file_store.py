@@ -44,6 +44,20 @@ def test_torn_frame_is_reported_and_earlier_rows_kept(tmp_path):
     assert reader.problems == []
 
 
+@pytest.mark.parametrize("its", ['[[5, 1.0]]', '[["x", 1.0, 0, 0, 1]]', '[[5, 1.0, 0, 0, 1], 7]', '"abc"'])
+def test_index_line_of_the_wrong_shape_is_reported_and_skipped(tmp_path, its):
+    store = FileStore(str(tmp_path))
+    store.write(rows("j", range(3)))
+    with open(os.path.join(job_dir(store, "j"), "index.jsonl"), "a") as f:  # valid JSON, not an index entry
+        f.write('{"seg": 1, "off": 0, "len": 1, "rows": 1, "its": %s}\n' % its)
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == [0, 1, 2]
+    assert len(reader.problems) == 1 and "unreadable index line" in reader.problems[0]
+    store.write(rows("j", [3]))
+    assert [i.iteration for i in reader.iterations("j", after_iteration=2)] == [3]
+    assert len(list(reader.samples("j", 0, 3))) == 4 * 8
+
+
 def test_frame_without_index_line_is_indexed_again(tmp_path):
     store = FileStore(str(tmp_path))
     store.write(rows("j", [0]))

@@ -85,3 +85,10 @@ def test_refusals_are_one_line_errors(capsys, db_url):
     assert code == 1 and "Connection refused" in err and "Traceback" not in err
     code, _, err = ingest(capsys, jsonl, "--store", "http://x/", "--job", "j")
     assert code == 2 and "scheme must be" in err
+
+
+@pytest.mark.parametrize("job", ["my run", "../x", ".hidden", "a" * 129])
+def test_a_job_id_the_monitor_cannot_serve_is_refused(capsys, tmp_path, job):
+    code, _, err = ingest(capsys, str(FIXTURES / "straggler.jsonl"), "--store", f"file://{tmp_path}/s", "--job", job)
+    assert code == 2 and "cannot be registered with the monitor" in err, err
+    assert not (tmp_path / "s" / "jobs").exists() or not list((tmp_path / "s" / "jobs").iterdir())

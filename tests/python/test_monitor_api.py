@@ -180,6 +180,25 @@ def test_errors_are_clear_4xx(servers, file_url, tmp_path):
     assert c.get("/docs").status_code == 200
 
 
+def test_layout_without_dp_or_too_large_is_refused(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    # a default dp of 1 would put ranks 1.. "outside the topology" and fail every analysis
+    for body in ({"ranks_per_node": 4}, {"pp": 4, "tp": 2}):
+        r = c.post("/jobs/partial", json=body)
+        assert r.status_code == 422 and "body.dp: required" in r.json()["detail"], (body, r.text)
+    r = c.post("/jobs/huge", json={"dp": 100_000, "pp": 100_000, "tp": 100_000})
+    assert r.status_code == 400 and "more than the 1,048,576" in r.json()["detail"], r.text
+    r = c.post("/jobs/huge", json={"dp": 99999999999999999999999})
+    assert r.status_code == 400, r.text
+    assert c.get("/jobs").json() == {"jobs": []}
+    r = c.post("/jobs/flat", json={})  # an empty body is no layout, as no body
+    assert r.status_code == 201 and r.json()["topology"] is None
+    r = c.post("/jobs/flat", json={"dp": 16, "ranks_per_node": 4})
+    assert r.status_code == 200 and r.json()["topology"] == {"dp": 16, "pp": 1, "tp": 1, "ranks_per_node": 4}
+
+
 def test_concurrent_register_unregister(servers, file_url, tmp_path):
     server = Server(file_url, tmp_path / "state.json")
     servers.append(server)

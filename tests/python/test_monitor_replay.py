@@ -101,3 +101,11 @@ def test_cli_replays_a_recording_and_reports_bad_input(tmp_path):
     neither = subprocess.run(CLI + ["replay", "--store", f"file://{tmp_path}/s", "--job", "x"], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
     assert neither.returncode == 2 and "either INPUT or --synthetic" in neither.stderr
+
+
+def test_cli_refuses_a_job_id_the_monitor_cannot_serve(tmp_path):
+    bad = subprocess.run(CLI + ["replay", "--synthetic", "ranks=2,iterations=2", "--store", f"file://{tmp_path}/s",
+                                "--job", "my run", "--speed", "1000"], cwd=REPO, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "'my run' cannot be registered with the monitor" in bad.stderr, bad.stderr
+    assert not (tmp_path / "s").exists()

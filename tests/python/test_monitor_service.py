@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -115,6 +116,23 @@ def test_malformed_rows_are_reported_not_fatal(make_monitor, store_url):
     assert any("no-such-timer" in p and "iteration 41 rank 3" in p for p in result["problems"]["first"])
 
 
+def test_a_stray_huge_rank_id_fails_the_analysis_clearly(tmp_path, file_url):
+    # one row naming rank 2^31 - 1 must not size the engine's arrays (world = rank + 1)
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("stray")
+        write_job(file_url, "stray", 50)
+        store = open_store(file_url)
+        store.write([Sample(time.time(), "stray", "forward-compute", 2**31 - 1, 40, (50.0,))])  # window's first
+        store.close()
+        m.poll_once()
+        view = wait_for(lambda: (v := m.view("stray"))["analysis_error"] and v, what="the analysis failing")
+        assert "rank 2147483647 is beyond the 1,048,576 ranks" in view["analysis_error"], view["analysis_error"]
+        assert view["status"] == "active" and view["analysing"] is None
+    finally:
+        m.stop()
+
+
 def test_hang_after_threshold_with_injected_clock(make_monitor, store_url):
     clock = Clock()
     m = make_monitor(clock=clock, hang_threshold_s=60.0)
@@ -184,3 +202,31 @@ def test_unreadable_state_file_is_refused(tmp_path, file_url):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="state.json: cannot read"):
         Monitor(MonitorConfig(file_url, state_path=str(path)))
+
+
+def test_a_clickhouse_url_with_a_bad_database_is_refused_at_start(tmp_path):
+    # found at start, not by the poll thread (which it would stop for good)
+    with pytest.raises(ValueError, match="database 'bad-db' must be letters, digits and '_'"):
+        MonitorConfig("clickhouse://127.0.0.1:8123/bad-db", state_path=str(tmp_path / "state.json"))
+
+
+def test_polling_survives_an_unexpected_error(tmp_path, file_url):
+    class FailingOnce(Clock):  # the first poll's clock read fails, as a bug in a poll would
+        failed = False
+
+        def __call__(self) -> float:
+            if not self.failed and threading.current_thread().name == "straggler-monitor-poll":
+                self.failed = True
+                raise RuntimeError("boom")
+            return super().__call__()
+
+    clock = FailingOnce()
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.05, state_path=str(tmp_path / "state.json")), clock=clock)
+    try:
+        m.register("j")
+        write_job(file_url, "j", 10, inject="")
+        m.start()
+        wait_for(lambda: m.view("j")["iteration_count"] == 10, what="polls after the failed one")
+        assert clock.failed
+    finally:
+        m.stop()

@@ -68,6 +68,8 @@ def test_sink_url_and_flag_are_checked():
         split_sink_url("clickhouse://h:1/db?jobs=x")
     with pytest.raises(ValueError, match="--straggler-store"):
         StragglerConfig(enabled=True, store_url="http://h:1/")
+    with pytest.raises(ValueError, match="'my run' cannot be registered with the monitor"):  # no API call reaches it
+        split_sink_url("file:///tmp/s?job=my%20run")
 
 
 def test_training_writes_every_sampled_step_readable_by_the_analysis(ch_url):
