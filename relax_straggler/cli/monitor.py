@@ -1,6 +1,7 @@
 """`relax-straggler monitor`: the online detection service (docs/MONITOR.md).
 
-Exit status: 0 stopped by a signal; 1 the state file or store URL cannot be used; 2 bad arguments.
+Exit status: 0 stopped by a signal; 1 the state file or store URL cannot be used; 2 bad arguments;
+3 the HTTP address cannot be bound (uvicorn's status, e.g. the port is in use).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def register(subparsers) -> None:
                    help="seconds without a new iteration before a job is hanging (default 60)")
     p.add_argument("--state", default=None, metavar="FILE",
                    help="state file of registered jobs and results (default: monitor-state.json in a file:// "
-                        "store, else ./relax-straggler-monitor.json)")
+                        "store, else ./relax-straggler-monitor-HOST-PORT-DB.json)")
     p.add_argument("--workers", type=int, default=2, metavar="N", help="analysis threads (default 2)")
     p.set_defaults(run=run)
 

@@ -48,7 +48,7 @@ BACKOFF_MAX_S = 30.0
 class MonitorConfig:
     """store_url: the metrics store; check_interval_s: poll period, s; trigger: the
     detector's thresholds; state_path: the state file (None: monitor-state.json in a
-    file:// store's directory, else relax-straggler-monitor.json in the working directory);
+    file:// store's directory, else relax-straggler-monitor-HOST-PORT-DB.json in the working directory);
     workers: analysis threads; max_results: analyses kept per job (oldest dropped)."""
 
     store_url: str
@@ -69,8 +69,11 @@ class MonitorConfig:
     def resolved_state_path(self) -> str:
         if self.state_path:
             return self.state_path
-        scheme, where, _, _ = parse_store_url(self.store_url)
-        return os.path.join(where, "monitor-state.json") if scheme == "file" else "relax-straggler-monitor.json"
+        scheme, where, port, database = parse_store_url(self.store_url)
+        if scheme == "file":
+            return os.path.join(where, "monitor-state.json")
+        # One file per server and database: monitors of two stores never share a state file.
+        return f"relax-straggler-monitor-{where}-{port}-{database}.json"
 
 
 @dataclass
@@ -99,12 +102,13 @@ class JobRecord:
         return True
 
     def to_dict(self) -> dict:
+        """A snapshot (copies of the lists: it is written out after the lock is released)."""
         return {"registered_at": self.registered_at,
                 "topology": None if self.topology is None else asdict(self.topology),
-                "detector": self.detector.to_dict(), "results": self.results,
+                "detector": self.detector.to_dict(), "results": list(self.results),
                 "pending": None if self.pending is None else [self.pending.first_iteration,
                                                               self.pending.last_iteration],
-                "error": self.error, "transitions": self.transitions}
+                "error": self.error, "transitions": [list(t) for t in self.transitions]}
 
 
 class Monitor:
@@ -273,9 +277,11 @@ class Monitor:
 
     def health(self) -> dict:
         """{"ok", "url", "error", "errors", "last_ok" (s since the epoch), "last_poll_s"}."""
-        return {"ok": self._store is not None and self._store_error is None, "url": self.config.store_url,
-                "error": self._store_error, "errors": self._store_errors, "last_ok": self._last_ok,
-                "last_poll_s": self.last_poll_s}
+        error = self._store_error
+        if error is None and self._store is None:
+            error = "not connected yet: the first poll has not run"
+        return {"ok": error is None, "url": self.config.store_url, "error": error, "errors": self._store_errors,
+                "last_ok": self._last_ok, "last_poll_s": self.last_poll_s}
 
     # --- analyses ----------------------------------------------------------------------
 
@@ -399,6 +405,9 @@ class Monitor:
             raise ValueError(f"state file {path}: cannot read it: {exc}; move it away to start empty") from None
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
             raise ValueError(f"state file {path}: not a version {STATE_VERSION} monitor state")
+        if state.get("store") != self.config.store_url:
+            raise ValueError(f"state file {path}: the state of store {state.get('store')}, not of "
+                             f"{self.config.store_url}; give this store its own --state file")
         try:
             for job_id, raw in state["jobs"].items():
                 topo = raw["topology"]

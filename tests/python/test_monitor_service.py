@@ -204,6 +204,34 @@ def test_unreadable_state_file_is_refused(tmp_path, file_url):
         Monitor(MonitorConfig(file_url, state_path=str(path)))
 
 
+def test_a_state_file_of_another_store_is_refused(tmp_path, file_url):
+    # Restoring another store's jobs would watch job ids this store may not have.
+    path = str(tmp_path / "state.json")
+    first = Monitor(MonitorConfig(file_url, state_path=path))
+    first.register("j")
+    first.stop()
+    other = "file://" + str(tmp_path / "other-store")
+    with pytest.raises(ValueError, match="state.json: the state of store .* not of " + other):
+        Monitor(MonitorConfig(other, state_path=path))
+
+
+def test_health_before_the_first_poll_says_why_it_is_not_ok(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, state_path=str(tmp_path / "state.json")))
+    health = m.health()
+    assert not health["ok"] and "not connected yet" in health["error"]
+    m.poll_once()
+    assert m.health()["ok"] and m.health()["error"] is None
+    m.stop()
+
+
+def test_clickhouse_stores_have_their_own_default_state_file():
+    a = MonitorConfig("clickhouse://127.0.0.1:8123/default").resolved_state_path()
+    b = MonitorConfig("clickhouse://127.0.0.1:9123/default").resolved_state_path()
+    c = MonitorConfig("clickhouse://127.0.0.1:8123/metrics").resolved_state_path()
+    assert len({a, b, c}) == 3
+    assert a == "relax-straggler-monitor-127.0.0.1-8123-default.json"
+
+
 def test_a_clickhouse_url_with_a_bad_database_is_refused_at_start(tmp_path):
     # found at start, not by the poll thread (which it would stop for good)
     with pytest.raises(ValueError, match="database 'bad-db' must be letters, digits and '_'"):
