@@ -63,6 +63,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition"):
+    """Polls predicate() every 50 ms until it returns a truthy value, which is returned;
+    AssertionError naming `what` after timeout_s (generous: the machine may be loaded)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
 class ClickHouseServer:
     """A private clickhouse-server on 127.0.0.1 (tests/services/clickhouse.sh), its data in
     `directory`. start() returns once it answers; stop() waits for it to exit."""
@@ -113,3 +127,21 @@ def clickhouse_server(tmp_path_factory):
 def clickhouse_url(clickhouse_server) -> str:
     """clickhouse://127.0.0.1:PORT/default of the session's private server."""
     return clickhouse_server.url()
+
+
+# Stores --------------------------------------------------------------------------------
+# Every store-level test runs against each of these: a store joins by adding its name here
+# and a fixture `<name>_url`.
+STORES = ["file", "clickhouse"]
+
+
+@pytest.fixture
+def file_url(tmp_path) -> str:
+    """file:// URL of an embedded store in the test's temporary directory."""
+    return f"file://{tmp_path}/store"
+
+
+@pytest.fixture(params=STORES)
+def store_url(request) -> str:
+    """The URL of each store in STORES in turn."""
+    return request.getfixturevalue(f"{request.param}_url")

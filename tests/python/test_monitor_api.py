@@ -5,36 +5,18 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from store_fixtures import file_url, store_url  # noqa: F401 (fixtures)
+from conftest import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "import sys; from relax_straggler.cli import main; sys.exit(main())"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class Server:

@@ -17,7 +17,7 @@ from relax_straggler.monitor.store_base import STEP_METRIC, Sample
 from relax_straggler.monitor.trigger import TriggerConfig
 from relax_straggler.readers.base import Topology
 
-from store_fixtures import file_url, store_url  # noqa: F401 (fixtures)
+from conftest import wait_for
 
 
 class Clock:
@@ -26,16 +26,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def wait_for(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:40", first: int = 0) -> None:

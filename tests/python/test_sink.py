@@ -5,13 +5,12 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import time
 
 import numpy as np
 import pytest
 
 import relax_straggler
-from conftest import ClickHouseServer, free_port, require_clickhouse
+from conftest import ClickHouseServer, free_port, require_clickhouse, wait_for
 from relax_straggler import StragglerConfig
 from relax_straggler.monitor.clickhouse_store import ClickHouseStore
 from relax_straggler.monitor.sink import StoreSink, report_rows, split_sink_url
@@ -33,14 +32,6 @@ def fake_report(step: int, ranks: int = 4, slow_rank: int = -1) -> Report:
         ms[slow_rank, 0] += 30.0
     return Report(step=step, stages=stages, device_ms=ms, judged_ms=ms, tokens=None, stragglers={},
                   likely_bottleneck=None, top_ranks={}, hints="")
-
-
-def wait_for(condition, timeout_s: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The Store contract (relax_straggler/monitor/store_base.py), run against every store of
-tests/python/store_fixtures.py (a store joins by adding its name to STORES there). Job ids
+tests/python/conftest.py (a store joins by adding its name to STORES there). Job ids
 are unique per test, so a shared server needs no cleanup.
 """
 
@@ -12,7 +12,6 @@ import pytest
 from relax_straggler.monitor.store import open_store
 from relax_straggler.monitor.store_base import STEP_METRIC, Sample, samples_to_table
 
-from store_fixtures import file_url, store_url  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
