@@ -4,7 +4,6 @@ in attention named in `attention` across real ranks."""
 
 import json
 import math
-import time
 
 import pytest
 import torch
@@ -19,23 +18,10 @@ from relax_straggler.module_stages import DEFAULT_PATTERNS, ModuleStageHooks, co
 from relax_straggler.stages import STAGES, stage_id
 
 from conftest import REPO, torchrun
+from workers.slow_backward import SlowBackward
 
 C = ext()
 ATTN, MOE = stage_id("attention"), stage_id("moe")
-
-
-class SlowBackward(torch.autograd.Function):
-    """Identity whose backward sleeps `seconds`: backward time only a backward timer sees."""
-
-    @staticmethod
-    def forward(ctx, x, seconds):
-        ctx.seconds = seconds
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(ctx.seconds)
-        return grad, None
 
 
 class SelfAttention(nn.Module):

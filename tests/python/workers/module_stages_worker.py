@@ -5,7 +5,6 @@ its reports. Usage (under torchrun): module_stages_worker.py OUTPUT_JSON"""
 import gc
 import json
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -15,18 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-
-
-class Delay(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, seconds):
-        ctx.seconds = seconds
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        time.sleep(ctx.seconds)
-        return grad, None
+from slow_backward import SlowBackward  # beside this script
 
 
 class SelfAttention(nn.Module):
@@ -37,7 +25,7 @@ class SelfAttention(nn.Module):
     def forward(self, x):
         q, k, v = self.qkv(x).chunk(3, dim=-1)
         y = self.out(F.scaled_dot_product_attention(q, k, v))
-        return Delay.apply(y, self.delay_s) if self.delay_s else y
+        return SlowBackward.apply(y, self.delay_s) if self.delay_s else y
 
 
 class MoELayer(nn.Module):
