@@ -12,7 +12,7 @@ Per sampled step and rank, in ms:
   data 3, forward 40, backward 80, optimizer 10  x log-normal jitter (sigma 1.5 %; data 10 %)
   communication = transfer (25 ms x log-normal, sigma 8 %) + wait, where wait is the time
                   until the last rank of its pipeline stage reaches the all-reduce (so the
-                  rank that arrives last has the SHORTEST communication time, invariant 7).
+                  rank that arrives last has the SHORTEST communication time, docs/ARCHITECTURE.md invariant 7).
   warm-up: the first 10 steps are up to 2x slower, unevenly across ranks.
   GC pauses: with probability 2 % a step is 20-60 ms longer in forward on every rank.
   hiccups: with probability 0.05 % per rank and step, one compute or data stage of that
@@ -31,15 +31,15 @@ Scenarios (the slowdown starts at step `onset` = 50):
                              detectors see per-token times), rank 101 20 % slower
 Detectors:
   RFC threshold        per step: t >= mean x 1.2 or t - mean >= 5 ms (noise floor 1 ms; the
-                       analyzer's default rule, communication by late arrival)
+                       analyzer's per-step rule, communication by late arrival)
   Greyhound-style      per step: t >= median x 1.1 (10 % slowdown), late arrival in communication
   NVRx-style           per step: relative score median / t < 0.75 on compute stages only
   ensemble             window detector (relax_straggler.window.WindowDetector): last 50
                        steps, every 10 steps, default WindowConfig (most votes, >= 3 of 6)
-  recommended          ensemble with the pipeline-group map, vote rule "at_least" 3, slow-link
-                       suspects reported; plus a fast path: the Greyhound rule on compute
-                       stages, times normalised within their pipeline stage, flagging a rank
-                       only after 3 consecutive sampled steps
+  confirmed verdict    the product's decision (relax_straggler.confirm.ConfirmedVerdict,
+                       default ConfirmConfig with the window ensemble every 10 reports over
+                       the last 50, the pipeline-group map and the node map): the ranks in
+                       state "straggler" after each report
 Scoring: every detector answers at its evaluation points (each step, or each analysis)
 with a set of ranks. Precision, recall and F1 count (evaluation point, rank) decisions
 over the steady state: steps before onset (truth: no straggler) and from onset + 50 on
@@ -63,6 +63,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from relax_straggler._ext import core  # noqa: E402
+from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict, VerdictResult  # noqa: E402
 from relax_straggler.detect import WindowConfig  # noqa: E402
 from relax_straggler.window import WindowDetector  # noqa: E402
 
@@ -170,26 +171,17 @@ def per_step(relative: float, absolute: float, floor: float, ref: str, stages: t
     return run
 
 
-def windowed(config: WindowConfig, with_groups: bool, with_links: bool, fast_path: bool) -> Callable:
-    groups = list(np.arange(RANKS) // PER_GROUP)
+def windowed(config: WindowConfig) -> Callable:
     nodes = list(np.arange(RANKS) // PER_NODE)
 
     def run(ms: np.ndarray) -> Answers:
-        det = WindowDetector(window=WINDOW, every=EVERY, skip_reports=WARMUP, config=config, rank_to_node=nodes,
-                             rank_to_group=groups if with_groups else None)
-        persistent = _persistence(ms) if fast_path else {}
+        det = WindowDetector(window=WINDOW, every=EVERY, skip_reports=WARMUP, config=config, rank_to_node=nodes)
         out = []
         current: frozenset[int] = frozenset()
         for s in range(ms.shape[0]):
-            report = _Report(s, STAGES, ms[s])
-            if det.observe(report):
-                r = det.last_result
-                current = frozenset(r.anomaly_ranks) | (frozenset(r.link_suspects) if with_links else frozenset())
-            if s < WARMUP:
-                continue
-            if fast_path:
-                out.append((s, current | persistent.get(s, frozenset())))
-            elif (s - WARMUP + 1) % EVERY == 0:
+            if det.observe(_Report(s, STAGES, ms[s])):
+                current = frozenset(det.last_result.anomaly_ranks)
+            if s >= WARMUP and (s - WARMUP + 1) % EVERY == 0:
                 out.append((s, current))
         return out
     return run
@@ -202,37 +194,26 @@ class _Report:
     judged_ms: np.ndarray
 
 
-def _persistence(ms: np.ndarray, need: int = 3) -> dict[int, frozenset[int]]:
-    """Greyhound rule on compute stages, within pipeline stage, `need` steps in a row."""
-    C = core()
-    cfg = C.VerdictConfig(1.1, 1e9, 1.0, C.Reference.MEDIAN)
-    group = np.arange(RANKS) // PER_GROUP
-    streak = np.zeros(RANKS, dtype=int)
-    out = {}
-    names = [STAGES[j] for j in COMPUTE]
-    for s in range(WARMUP, ms.shape[0]):
-        x = ms[s][:, list(COMPUTE)].copy()
-        overall = np.median(x, axis=0)
-        for g in range(RANKS // PER_GROUP):
-            x[group == g] *= overall / np.median(x[group == g], axis=0)
-        v = C.judge_step(x, names, s, cfg)
-        hit = np.zeros(RANKS, dtype=bool)
-        for sv in v.stages:
-            hit[list(sv.stragglers)] = True
-        streak = np.where(hit, streak + 1, 0)
-        out[s] = frozenset(np.flatnonzero(streak >= need).tolist())
-    return out
+def confirmed_run(ms: np.ndarray) -> list[tuple[int, VerdictResult]]:
+    """The product's confirmed verdict on every sampled step past warm-up."""
+    verdict = ConfirmedVerdict(ConfirmConfig(window_every=EVERY, window_size=WINDOW),
+                               rank_to_node=list(np.arange(RANKS) // PER_NODE))
+    groups = list(np.arange(RANKS) // PER_GROUP)
+    return [(s, verdict.update(s, ms[s], STAGES, groups=groups)) for s in range(WARMUP, ms.shape[0])]
+
+
+def confirmed(ms: np.ndarray) -> Answers:
+    return [(s, frozenset(r.straggler_ranks)) for s, r in confirmed_run(ms)]
 
 
 def detectors() -> dict[str, Callable]:
     all_stages = tuple(range(len(STAGES)))
-    recommended = WindowConfig(vote_rule="at_least", min_algorithm_votes=3)
     return {
         "RFC threshold (mean x1.2)": per_step(1.2, 5.0, 1.0, "mean", all_stages),
         "Greyhound-style (median x1.1)": per_step(1.1, 1e9, 1.0, "median", all_stages),
         "NVRx-style (score < 0.75)": per_step(1.0 / 0.75, 1e9, 0.0, "median", COMPUTE),
-        "ensemble (window, 6 clusterers)": windowed(WindowConfig(), False, False, False),
-        "recommended": windowed(recommended, True, True, True),
+        "ensemble (window, 6 clusterers)": windowed(WindowConfig()),
+        "confirmed verdict": confirmed,
     }
 
 
@@ -294,16 +275,12 @@ def evaluate(steps: int, seeds: int, only: Optional[list[str]] = None) -> list[d
             for name, det in dets.items():
                 scores[name].add(sc, det(ms), steps)
             if sc.expect_imbalance:
-                groups = list(np.arange(RANKS) // PER_GROUP)
-                r = WindowDetector(window=WINDOW, every=EVERY, skip_reports=WARMUP, rank_to_group=groups)
-                for s in range(steps):
-                    r.observe(_Report(s, STAGES, ms[s]))
-                found = r.last_result.imbalance if r.last_result else ()
-                imbalance += any(i.slowest_group == sc.structural[0] for i in found)
+                last = confirmed_run(ms)[-1][1]
+                imbalance += any(f.state == "imbalance" and f.group == sc.structural[0] for f in last.findings)
         for name, score in scores.items():
             row = {"scenario": sc.name, "detector": name, **score.row()}
             if sc.expect_imbalance:
-                row["steps to detect"] = f"imbalance in {imbalance}/{seeds} runs" if name == "recommended" else "-"
+                row["steps to detect"] = f"imbalance in {imbalance}/{seeds} runs" if name == "confirmed verdict" else "-"
             rows.append(row)
     return rows
 

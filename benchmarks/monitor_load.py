@@ -54,7 +54,7 @@ def writer(args: argparse.Namespace) -> None:
     import pyarrow as pa
 
     from relax_straggler.monitor.replay import Injection, Synthetic, inject, step_table
-    from relax_straggler.monitor.store import open_store
+    from relax_straggler.stores.opener import open_store
 
     store = open_store(args.store)
     base = next(Synthetic(ranks=args.ranks, iterations=1, step_ms=1000.0, seed=0).steps())

@@ -34,7 +34,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from relax_straggler.monitor.clickhouse_store import ClickHouseStore  # noqa: E402
+from relax_straggler.stores.clickhouse import ClickHouseStore  # noqa: E402
 from relax_straggler.monitor.ingest import ingest  # noqa: E402
 from relax_straggler.readers import open_source  # noqa: E402
 
@@ -94,7 +94,7 @@ def main() -> int:
             runs["samples"].append(n / (time.perf_counter() - t))
             assert n == stats.rows, (n, stats.rows)
         # The store alone: the same rows as one prebuilt table per call.
-        from relax_straggler.monitor.store_base import samples_to_table
+        from relax_straggler.stores.base import samples_to_table
 
         table = samples_to_table(list(store.samples(f"bench-{os.getpid()}-0", 0, args.steps)))
         for i in range(args.repeats):

@@ -1,6 +1,6 @@
 """Gathering the per-rank payload to the metrics rank over a side Gloo group.
 
-Invariant 4: the gather runs on a process group created for us at install (Gloo, CPU
+docs/ARCHITECTURE.md invariant 4: the gather runs on a process group created for us at install (Gloo, CPU
 tensors), never on the training groups, and never with a barrier. It is asynchronous:
 the training thread only launches it; the metrics rank's report thread waits for it.
 Every rank joins every gather of a sampled step, also with an empty (all-NaN) payload,
@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Optional, Protocol, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from relax_straggler.payload import ROW_LEN
+from relax_straggler.payload import ROW_LEN, PendingRows
 
 log = logging.getLogger(__name__)
-
-
-class PendingRows(Protocol):
-    def wait(self) -> np.ndarray:
-        """Blocks until all rows arrived; returns (ranks, ROW_LEN) float64."""
 
 
 class _Ready:

@@ -59,7 +59,7 @@ def _check_stage(name: str) -> None:
 
 
 class NullAnalyzer:
-    """The analyzer when disabled: registers nothing, records nothing (invariant 1). It
+    """The analyzer when disabled: registers nothing, records nothing (docs/ARCHITECTURE.md invariant 1). It
     still checks its arguments, so turning the analyzer on never raises a new error."""
 
     enabled = False
@@ -130,7 +130,7 @@ class Analyzer:
                 sinks.append(jsonl)
                 self._closables.append(jsonl)
             if config.store_url:
-                from relax_straggler.monitor.sink import StoreSink  # the monitor's modules only when asked
+                from relax_straggler.reporters.store_sink import StoreSink  # the monitor's modules only when asked
 
                 self._store_sink = StoreSink(config.store_url)
                 sinks.append(self._store_sink)

@@ -1,8 +1,9 @@
 """StragglerConfig: the RFC flags (Relax RFC #334) plus the few knobs a deployment needs.
 
 `add_arguments(parser)` adds one ``--straggler-*`` flag per field and `from_args(args)`
-reads them back, so the argparse group mirrors this dataclass one to one. The RFC's six
-flags keep the RFC's names and defaults.
+reads them back; both are derived from the fields (relax_straggler.dataclass_flags), so the
+argparse group mirrors this dataclass one to one. The RFC's six flags keep the RFC's names
+and defaults.
 """
 
 from __future__ import annotations
@@ -14,34 +15,52 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from relax_straggler.dataclass_flags import add_field_flags, config_from_args, flag_field
+
+_DEST_PREFIX = "straggler_"
+
 
 @dataclass(frozen=True)
 class StragglerConfig:
-    """Analyzer settings. Times are in ms. Raises ValueError naming the flag on bad values."""
+    """Analyzer settings. Times are in ms. Raises ValueError naming the flag on bad values.
 
-    enabled: bool = False  # --straggler-analysis (RFC)
-    interval: int = 10  # --straggler-interval (RFC): sample every N-th step
-    relative_threshold: float = 1.2  # --straggler-relative-threshold (RFC): slow if t >= ref * this
-    absolute_ms_threshold: float = 5.0  # --straggler-absolute-ms-threshold (RFC): or t - ref >= this
-    ref: str = "mean"  # --straggler-ref (RFC): mean or median over ranks
-    enable_module_stages: bool = False  # --straggler-enable-module-stages (RFC): attention / moe stages
-    warmup_steps: int = 10  # steps before the first sample (allocator and compile warm-up)
-    noise_floor_ms: float = 1.0  # excess below this is never a straggler (0 = the bare RFC rule)
-    metrics_rank: int = 0  # rank (within the analyzed group) that judges and reports
-    jsonl_path: Optional[str] = None  # append one JSON line per report here
-    store_url: Optional[str] = None  # write per-rank timers to this metrics store (file://, clickhouse://[?job=])
-    console: bool = False  # print a table per report on the metrics rank
-    queue_size: int = 64  # reports waiting for the sinks; beyond it reports are dropped and counted
-    max_events: int = 4096  # event-pool slots per step (two per timed section)
-    device_events: str = "auto"  # "auto" (CUDA events when CUDA is in use), "cuda" or "cpu"
-    collective_timing: bool = True  # wrap process-group backends to time every collective
-    window_every: int = 0  # run the window ensemble every N reports (0: off)
-    window_size: int = 100  # reports the window holds
-    window_vote_rule: str = "at_least"  # "at_least" (>= window_min_votes algorithms) or "most_votes"
-    window_min_votes: int = 3  # algorithms (of 6) that must agree
-    window_min_slowdown: float = 0.03  # a slow cluster is at least this much slower than the body
-    attention_pattern: str = r"(Attention|Attn)$"  # module class names timed as `attention`
-    moe_pattern: str = r"(MoELayer|MoE|SparseMoeBlock|SparseMoE|Experts)$"  # ... as `moe`
+    Each field is one ``--straggler-*`` flag; its help text below is the flag's help."""
+
+    # The RFC's six flags.
+    enabled: bool = flag_field(False, "Enable straggler analysis (off by default).", name="analysis",
+                               dest="straggler_analysis", action="store_true")
+    interval: int = flag_field(10, "Sample every N-th step.")
+    relative_threshold: float = flag_field(1.2, "A rank is slow in a stage if its time >= reference x this.")
+    absolute_ms_threshold: float = flag_field(5.0, "... or if its time - reference >= this many ms.")
+    ref: str = flag_field("mean", "Reference over ranks: mean or median.")
+    enable_module_stages: bool = flag_field(False, "Also time attention and MoE modules as their own stages.",
+                                            action="store_true")
+    # Deployment knobs.
+    warmup_steps: int = flag_field(10, "Steps before the first sample.")  # allocator and compile warm-up
+    noise_floor_ms: float = flag_field(
+        1.0, "Never flag an excess over the reference below this many ms (0: bare RFC rule).")
+    metrics_rank: int = flag_field(0, "Rank that judges and reports.")  # within the analyzed group
+    jsonl_path: Optional[str] = flag_field(None, "Append one JSON line per report to this file.", name="jsonl")
+    store_url: Optional[str] = flag_field(
+        None, "Write per-rank stage times to this metrics store: file://DIR or "
+              "clickhouse://HOST:PORT/DB, optionally ?job=ID (default job: the launcher's run id).", name="store")
+    console: bool = flag_field(False, "Print a table per report.", action="store_true")  # on the metrics rank
+    queue_size: int = flag_field(64, "Reports waiting for the sinks before new ones are dropped (and counted).")
+    max_events: int = flag_field(4096, "Timing events per step (two per section).")  # event-pool slots
+    device_events: str = flag_field("auto", "auto, cuda or cpu timing events.")  # auto: CUDA events when CUDA is in use
+    collective_timing: bool = flag_field(
+        True, "Do not wrap process-group backends (collectives are then not timed one by one).",
+        name="no-collective-timing", action="store_false")
+    window_every: int = flag_field(0, "Run the six-clusterer window ensemble every N reports (0: off).")
+    window_size: int = flag_field(100, "Reports in the window.")
+    window_vote_rule: str = flag_field(
+        "at_least", "at_least (>= --straggler-window-min-votes algorithms agree) or most_votes.")
+    window_min_votes: int = flag_field(3, "Algorithms that must agree before a rank is reported.")  # of 6
+    window_min_slowdown: float = flag_field(0.03, "Relative slowdown below which a slow cluster is ignored.")
+    attention_pattern: str = flag_field(
+        r"(Attention|Attn)$", "Regex on module class names timed as the attention stage (with module stages).")
+    moe_pattern: str = flag_field(r"(MoELayer|MoE|SparseMoeBlock|SparseMoE|Experts)$",
+                                  "Regex on module class names timed as the moe stage (with module stages).")
 
     def __post_init__(self) -> None:
         def bad(flag: str, why: str, value: object) -> ValueError:
@@ -62,10 +81,10 @@ class StragglerConfig:
         if not _is_int(self.metrics_rank) or self.metrics_rank < 0:
             raise bad("metrics-rank", "must be an integer >= 0", self.metrics_rank)
         if self.store_url is not None:
-            from relax_straggler.monitor.sink import split_sink_url
+            from relax_straggler.stores.url import parse_writer_url
 
             try:
-                split_sink_url(self.store_url)
+                parse_writer_url(self.store_url)
             except ValueError as exc:
                 raise bad("store", f"is not a store URL ({exc})", self.store_url) from None
         if not _is_int(self.queue_size) or self.queue_size < 1:
@@ -107,78 +126,12 @@ def _is_finite(x: object) -> bool:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-    """Adds the ``--straggler-*`` flags to `parser` (one group); returns the group."""
-    d = StragglerConfig()
-    g = parser.add_argument_group("straggler analysis (relax_straggler)")
-    g.add_argument("--straggler-analysis", action="store_true", help="Enable straggler analysis (off by default).")
-    g.add_argument("--straggler-interval", type=int, default=d.interval, help="Sample every N-th step.")
-    g.add_argument("--straggler-relative-threshold", type=float, default=d.relative_threshold,
-                   help="A rank is slow in a stage if its time >= reference x this.")
-    g.add_argument("--straggler-absolute-ms-threshold", type=float, default=d.absolute_ms_threshold,
-                   help="... or if its time - reference >= this many ms.")
-    g.add_argument("--straggler-ref", type=str, default=d.ref, help="Reference over ranks: mean or median.")
-    g.add_argument("--straggler-enable-module-stages", action="store_true",
-                   help="Also time attention and MoE modules as their own stages.")
-    g.add_argument("--straggler-warmup-steps", type=int, default=d.warmup_steps,
-                   help="Steps before the first sample.")
-    g.add_argument("--straggler-noise-floor-ms", type=float, default=d.noise_floor_ms,
-                   help="Never flag an excess over the reference below this many ms (0: bare RFC rule).")
-    g.add_argument("--straggler-metrics-rank", type=int, default=d.metrics_rank,
-                   help="Rank that judges and reports.")
-    g.add_argument("--straggler-jsonl", dest="straggler_jsonl_path", type=str, default=d.jsonl_path,
-                   help="Append one JSON line per report to this file.")
-    g.add_argument("--straggler-store", dest="straggler_store_url", type=str, default=d.store_url,
-                   help="Write per-rank stage times to this metrics store: file://DIR or "
-                        "clickhouse://HOST:PORT/DB, optionally ?job=ID (default job: the launcher's run id).")
-    g.add_argument("--straggler-console", action="store_true", help="Print a table per report.")
-    g.add_argument("--straggler-queue-size", type=int, default=d.queue_size,
-                   help="Reports waiting for the sinks before new ones are dropped (and counted).")
-    g.add_argument("--straggler-max-events", type=int, default=d.max_events,
-                   help="Timing events per step (two per section).")
-    g.add_argument("--straggler-device-events", type=str, default=d.device_events,
-                   help="auto, cuda or cpu timing events.")
-    g.add_argument("--straggler-window-every", type=int, default=d.window_every,
-                   help="Run the six-clusterer window ensemble every N reports (0: off).")
-    g.add_argument("--straggler-window-size", type=int, default=d.window_size, help="Reports in the window.")
-    g.add_argument("--straggler-window-vote-rule", type=str, default=d.window_vote_rule,
-                   help="at_least (>= --straggler-window-min-votes algorithms agree) or most_votes.")
-    g.add_argument("--straggler-window-min-votes", type=int, default=d.window_min_votes,
-                   help="Algorithms that must agree before a rank is reported.")
-    g.add_argument("--straggler-window-min-slowdown", type=float, default=d.window_min_slowdown,
-                   help="Relative slowdown below which a slow cluster is ignored.")
-    g.add_argument("--straggler-attention-pattern", type=str, default=d.attention_pattern,
-                   help="Regex on module class names timed as the attention stage (with module stages).")
-    g.add_argument("--straggler-moe-pattern", type=str, default=d.moe_pattern,
-                   help="Regex on module class names timed as the moe stage (with module stages).")
-    g.add_argument("--straggler-no-collective-timing", dest="straggler_collective_timing", action="store_false",
-                   help="Do not wrap process-group backends (collectives are then not timed one by one).")
-    return g
+    """Adds the ``--straggler-*`` flags to `parser` (one group, one flag per field); returns the group."""
+    group = parser.add_argument_group("straggler analysis (relax_straggler)")
+    add_field_flags(group, StragglerConfig, prefix="--straggler-", dest_prefix=_DEST_PREFIX)
+    return group
 
 
 def from_args(args: argparse.Namespace) -> StragglerConfig:
     """Builds a StragglerConfig from flags added by add_arguments. Raises ValueError."""
-    return StragglerConfig(
-        enabled=args.straggler_analysis,
-        interval=args.straggler_interval,
-        relative_threshold=args.straggler_relative_threshold,
-        absolute_ms_threshold=args.straggler_absolute_ms_threshold,
-        ref=args.straggler_ref,
-        enable_module_stages=args.straggler_enable_module_stages,
-        warmup_steps=args.straggler_warmup_steps,
-        noise_floor_ms=args.straggler_noise_floor_ms,
-        metrics_rank=args.straggler_metrics_rank,
-        jsonl_path=args.straggler_jsonl_path,
-        store_url=args.straggler_store_url,
-        console=args.straggler_console,
-        queue_size=args.straggler_queue_size,
-        max_events=args.straggler_max_events,
-        device_events=args.straggler_device_events,
-        collective_timing=args.straggler_collective_timing,
-        window_every=args.straggler_window_every,
-        window_size=args.straggler_window_size,
-        window_vote_rule=args.straggler_window_vote_rule,
-        window_min_votes=args.straggler_window_min_votes,
-        window_min_slowdown=args.straggler_window_min_slowdown,
-        attention_pattern=args.straggler_attention_pattern,
-        moe_pattern=args.straggler_moe_pattern,
-    )
+    return config_from_args(StragglerConfig, args, dest_prefix=_DEST_PREFIX)

@@ -6,7 +6,7 @@ gives it plain Python data. Shapes and units:
   ms       float64 (steps, ranks, stages), milliseconds; NaN or <= 0 = the rank did not
            run the stage that step (Report.judged_ms of consecutive reports, stacked).
   stages   one name per column (relax_straggler.stages names; ``communication`` and
-           ``communication/<op>`` are judged by the late-arrival rule, invariant 7).
+           ``communication/<op>`` are judged by the late-arrival rule, docs/ARCHITECTURE.md invariant 7).
 
 Example::
 
@@ -36,7 +36,7 @@ _ENGINE_NAMES = {"dbscan.min_samples": "dbscan_min_samples", "dbscan.eps_scales"
 
 @dataclass(frozen=True)
 class WindowConfig:
-    """Settings of the window detector; defaults are the issue's and the seed's values.
+    """Settings of the window detector; defaults follow mt-detector's (max-vote, at least 3 of 6).
 
     Raises ValueError naming the field when the engine rejects a value.
     """
@@ -50,7 +50,7 @@ class WindowConfig:
     link_min_z: float = 5.0  # a slow link must also stand this many robust sigmas above the body
     stage_vote_fraction: float = 0.5  # an algorithm calls a rank slow in >= this fraction of its stages
     min_algorithm_votes: int = 3  # algorithms that must agree before anything is reported
-    vote_rule: str = "most_votes"  # "most_votes" (the seed's max-vote) or "at_least" (>= min_algorithm_votes)
+    vote_rule: str = "most_votes"  # "most_votes" (mt-detector's max-vote) or "at_least" (>= min_algorithm_votes)
     algorithms: tuple[str, ...] = ALGORITHMS
     stage_weights: Mapping[str, float] = field(default_factory=dict)  # stage -> weight >= 0, absent = 1
     max_points: int = 512  # ranks beyond this are clustered through a weighted coreset

@@ -6,7 +6,7 @@ backward:      starts when the gradient of a model output is computed (a tensor 
                autograd-engine final callback queued at that moment. The callback runs
                when the backward pass has computed every gradient, before DDP's own
                final callback (queued later) waits for the gradient all-reduce: the
-               backward stage is compute only (invariant 8).
+               backward stage is compute only (docs/ARCHITECTURE.md invariant 8).
 communication: under DDP, a second final callback, queued from the first, runs after
                DDP's: the time between the two is the exposed wait for gradient sync.
 optimizer:     optimizer step pre/post hooks; the post hook ends the step.

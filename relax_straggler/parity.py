@@ -1,6 +1,6 @@
 """A/B loss parity: training with the analyzer on must be bitwise the training without it.
 
-Invariant 6 (observing never changes numerics), checked end to end. The same training
+docs/ARCHITECTURE.md invariant 6 (observing never changes numerics), checked end to end. The same training
 (same seed, same data order) runs several times in one process, one run after the other:
 
   reference   analyzer off (install() with enabled=False: a NullAnalyzer)
@@ -16,13 +16,12 @@ are then merged over ranks, so the verdict is the job's.
 
 The training comes from a factory, ``factory(seed) -> ParityTraining``, called once per
 run after the global RNGs were seeded (torch, CUDA, numpy, random). docs/PARITY.md gives
-the contract for user scripts; `demo_factory` is the demo GPT's.
+the contract for user scripts; `relax_straggler.demo.demo_factory` is the demo GPT's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.util
 import logging
 import math
@@ -300,55 +299,6 @@ def run_parity(factory: TrainingFactory, *, steps: int = 30, intervals: Sequence
     merged = _merge_over_ranks(local)
     return ParityResult(steps=steps, seed=seed, world_size=world, control=merged[0] if control else None,
                         runs=tuple(merged[1:] if control else merged))
-
-
-# The demo workload -----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class DemoSpec:
-    """Shape of the demo GPT used by `demo_factory`; the defaults are examples/train_gpt.py's."""
-
-    layers: int = 4
-    d_model: int = 128
-    heads: int = 4
-    seq_len: int = 64
-    batch_size: int = 8
-    corpus_bytes: int = 2_000_000
-    lr: float = 2e-3
-    device: str = "cpu"
-
-
-@functools.lru_cache(maxsize=4)
-def _corpus(max_bytes: int) -> torch.Tensor:
-    from relax_straggler.demo import load_corpus
-
-    return load_corpus(max_bytes)
-
-
-def demo_factory(spec: DemoSpec = DemoSpec()) -> TrainingFactory:
-    """The demo's training (relax_straggler.demo GPT, AdamW, a data section, a workload
-    per step), wrapped in DistributedDataParallel when torch.distributed is initialized."""
-    from relax_straggler.demo import GPT, Batches, GPTConfig, train_step
-
-    def factory(seed: int) -> ParityTraining:
-        device = torch.device(spec.device)
-        gpt = GPT(GPTConfig(seq_len=spec.seq_len, d_model=spec.d_model, heads=spec.heads, layers=spec.layers))
-        gpt = gpt.to(device)
-        distributed = dist.is_available() and dist.is_initialized()
-        model = torch.nn.parallel.DistributedDataParallel(gpt) if distributed else gpt
-        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
-        batches = Batches(_corpus(spec.corpus_bytes), spec.batch_size, spec.seq_len, seed,
-                          dist.get_rank() if distributed else 0)
-
-        def step(analyzer: AnyAnalyzer, i: int) -> torch.Tensor:
-            with analyzer.section("data"):
-                x, y = (t.to(device) for t in batches.next())
-            analyzer.set_workload(x.numel())
-            return train_step(model, optimizer, x, y)
-
-        return ParityTraining(model=model, optimizer=optimizer, step=step)
-
-    return factory
 
 
 def load_factory(spec: str) -> TrainingFactory:

@@ -13,7 +13,7 @@ means one tensor gather and no pickling (Megatron Timers do the same).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
@@ -25,6 +25,13 @@ MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
 _H = len(HEADER)
 _BODY = len(FIELDS) * len(STAGES)
 ROW_LEN = _H + _BODY + MAX_COMPARABLE
+
+
+class PendingRows(Protocol):
+    """One sampled step's gathered rows, as the report thread receives them."""
+
+    def wait(self) -> np.ndarray:
+        """Blocks until all rows arrived; returns (ranks, ROW_LEN) float64."""
 
 
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],

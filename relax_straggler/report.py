@@ -38,7 +38,8 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.payload import Gathered
-from relax_straggler.stages import STAGES, WORKLOAD_STAGES, is_communication
+from relax_straggler.stages import STAGES, is_communication
+from relax_straggler.workload import normalize_workload
 
 log = logging.getLogger(__name__)
 
@@ -71,23 +72,9 @@ def verdict_config(config: StragglerConfig):
     return C.VerdictConfig(config.relative_threshold, config.absolute_ms_threshold, config.noise_floor_ms, ref)
 
 
-def normalize_workload(device_ms: np.ndarray, stages: tuple[str, ...], tokens: np.ndarray) -> np.ndarray:
-    """Scales workload stages to the mean token count: t * mean(tokens) / tokens_r.
-
-    Ranks doing unequal work (dynamic batch sizes) are then compared per token, in ms
-    units a reader recognizes. tokens must be finite and > 0 for every rank.
-    """
-    scale = float(np.mean(tokens)) / tokens
-    out = device_ms.copy()
-    for j, stage in enumerate(stages):
-        if stage in WORKLOAD_STAGES:
-            out[:, j] *= scale
-    return out
-
-
 @dataclass(frozen=True)
 class LateArrivals:
-    """Late-arrival evidence over the collectives comparable across ranks (invariant 7):
+    """Late-arrival evidence over the collectives comparable across ranks (docs/ARCHITECTURE.md invariant 7):
     in each, the rank with the shortest duration arrived last and every other rank
     waited (its duration - the shortest)."""
 
@@ -106,13 +93,15 @@ def late_arrivals(gathered: Gathered, judged: np.ndarray) -> Optional[LateArriva
         return None
     n = int(counts[0])
     durations = gathered.comparable_ms[ok, :n]
-    late = np.argmin(durations, axis=0)  # per collective, the last arriver
+    if not np.isfinite(durations).all():
+        return None
+    blamed, late, waited = core().collective_waits(durations)
+    ranks = np.flatnonzero(ok)
     late_counts = np.zeros(gathered.num_ranks, dtype=np.int64)
     wait_ms = np.full(gathered.num_ranks, np.nan)
-    ranks = np.flatnonzero(ok)
-    np.add.at(late_counts, ranks[late], 1)
-    wait_ms[ranks] = (durations - durations.min(axis=0)).sum(axis=1)
-    return LateArrivals(int(np.argmax(late_counts)), late_counts, wait_ms, n)
+    late_counts[ranks] = late
+    wait_ms[ranks] = waited
+    return LateArrivals(int(ranks[blamed]), late_counts, wait_ms, n)
 
 
 _warned: set[str] = set()  # setup problems already logged (each once per process)
@@ -146,7 +135,7 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
                  counters: dict[str, int]) -> Report:
     """Judges one step's gathered rows. counters: loss counters to publish with it."""
     # Compute stages are judged on compute time: the part of a section spent blocked
-    # on a collective is taken out (invariant 8).
+    # on a collective is taken out (docs/ARCHITECTURE.md invariant 8).
     compute = np.array([not is_communication(s) for s in STAGES])
     device_ms = gathered.device_ms - np.where(compute, np.nan_to_num(gathered.waited_ms), 0.0)
     mismatched = gathered.steps != step

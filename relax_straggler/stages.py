@@ -1,8 +1,8 @@
-"""The closed set of stage names (ARCHITECTURE.md, data contract).
+"""The closed set of stage names (docs/ARCHITECTURE.md, data contract).
 
 Every rank reports every stage in this order, so the per-rank payload has a fixed
 shape; a stage a rank did not run is NaN. Communication stages (``communication`` and
-``communication/<op>``) are judged by the late-arrival rule (invariant 7).
+``communication/<op>``) are judged by the late-arrival rule (docs/ARCHITECTURE.md invariant 7).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 //
 // Used to total the wall time spent in collectives (union of possibly overlapping
 // async operations) and to take the time a rank was blocked waiting for a collective
-// out of the compute stage it happened in (ARCHITECTURE.md invariant 8).
+// out of the compute stage it happened in (docs/ARCHITECTURE.md invariant 8).
 #pragma once
 
 #include <vector>

@@ -1,6 +1,6 @@
 // The engine's input: one sampled step, ranks x stages of milliseconds.
 //
-// Data contract (ARCHITECTURE.md): a StepMatrix holds, per rank and stage, the time
+// Data contract (docs/ARCHITECTURE.md): a StepMatrix holds, per rank and stage, the time
 // in ms the rank spent in that stage during one sampled step, NaN where the rank did
 // not run the stage. Storage is rank-major: ms[rank * num_stages + stage].
 #pragma once
@@ -14,7 +14,7 @@ namespace relax_straggler::core {
 
 // How a stage's times are read. Compute stages: the longest time is the slow rank.
 // Communication stages: durations include waiting for peers, so the rank that
-// arrives last has the SHORTEST duration (invariant 7).
+// arrives last has the SHORTEST duration (docs/ARCHITECTURE.md invariant 7).
 enum class StageKind : std::uint8_t { kCompute = 0, kCommunication = 1 };
 
 // "communication" and every "communication/<op>" are communication stages.

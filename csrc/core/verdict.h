@@ -3,7 +3,7 @@
 // For each stage, ref = mean or median over the ranks that ran it (NaN-aware).
 // Compute stages: rank r is a straggler if
 //     t_r - ref >= noise_floor_ms  and  (t_r >= ref * relative_threshold  or  t_r - ref >= absolute_ms_threshold)
-// Communication stages (invariant 7): durations include waiting for peers, so the rank
+// Communication stages (docs/ARCHITECTURE.md invariant 7): durations include waiting for peers, so the rank
 // that arrived last has the shortest duration. Rank r is a late arrival if
 //     ref - t_r >= noise_floor_ms  and  (t_r * relative_threshold <= ref  or  ref - t_r >= absolute_ms_threshold)
 // noise_floor_ms is our addition to the RFC rule: sub-millisecond stages (data

@@ -33,13 +33,20 @@ std::vector<double> matrix(const Array& a, const char* name, py::ssize_t rows, p
 }
 
 at::StepAttribution add_step(at::RunAttributor& run, std::int64_t step, const Array& compute_ms,
-                             const std::optional<Array>& p2p_ms, double step_ms) {
+                             const std::optional<Array>& p2p_ms, double step_ms,
+                             const std::optional<Array>& collective_ms) {
   const py::ssize_t workers = run.shape().workers();
   at::WorkerStep s;
   s.step = step;
   s.step_ms = step_ms;
   s.compute_ms = matrix(compute_ms, "compute_ms", workers, static_cast<py::ssize_t>(run.compute_stages().size()));
   if (p2p_ms) s.p2p_ms = matrix(*p2p_ms, "p2p_ms", workers, static_cast<py::ssize_t>(at::kNumP2pOps));
+  const auto collectives = static_cast<py::ssize_t>(run.collective_stages().size());
+  if (collective_ms) {
+    s.collective_ms = matrix(*collective_ms, "collective_ms", workers, collectives);
+  } else if (collectives > 0) {
+    throw std::invalid_argument("collective_ms is required: the attributor has collective stages");
+  }
   py::gil_scoped_release release;
   return run.add_step(s);
 }
@@ -143,19 +150,31 @@ void bind_attribute(py::module_& m) {
       .def_readonly("findings", &at::RunAttribution::findings)
       .def_readonly("jumps", &at::RunAttribution::jumps)
       .def_readonly("baseline_outliers", &at::RunAttribution::baseline_outliers)
-      .def_readonly("slow_steps", &at::RunAttribution::slow_steps);
+      .def_readonly("slow_steps", &at::RunAttribution::slow_steps)
+      .def_property_readonly(
+          "late_arrivals",
+          [](const at::RunAttribution& r) {
+            const auto n = static_cast<py::ssize_t>(r.late_arrivals.size());
+            py::array_t<std::int64_t> out(n);
+            std::copy(r.late_arrivals.begin(), r.late_arrivals.end(), out.mutable_data());
+            return out;
+          },
+          "(workers x collective stages,) steps in which each worker arrived last, worker-major.");
 
   py::class_<at::RunAttributor>(m, "RunAttributor",
                                 "Streaming attribution over a dp x pp worker grid; worker w = pp_rank * dp + dp_rank.")
       .def(py::init([](std::int32_t dp, std::int32_t pp, std::vector<std::string> stages,
-                       const at::AttributionConfig& config) {
-             return at::RunAttributor(at::GridShape{dp, pp}, std::move(stages), config);
+                       const at::AttributionConfig& config, std::vector<std::string> collective_stages) {
+             return at::RunAttributor(at::GridShape{dp, pp}, std::move(stages), config, std::move(collective_stages));
            }),
-           py::arg("dp"), py::arg("pp"), py::arg("stages"), py::arg("config"))
+           py::arg("dp"), py::arg("pp"), py::arg("stages"), py::arg("config"),
+           py::arg("collective_stages") = std::vector<std::string>{})
       .def("add_step", &add_step, py::arg("step"), py::arg("compute_ms"), py::arg("p2p_ms") = std::nullopt,
-           py::arg("step_ms") = std::numeric_limits<double>::quiet_NaN(),
+           py::arg("step_ms") = std::numeric_limits<double>::quiet_NaN(), py::arg("collective_ms") = std::nullopt,
            "Folds one step in. compute_ms: (workers, stages) ms, NaN = not run; p2p_ms: (workers, 4) ms in\n"
-           "P2P_OPS order or None; step_ms: measured step time or NaN. Raises ValueError on shapes.")
+           "P2P_OPS order or None; step_ms: measured step time or NaN; collective_ms: (workers,\n"
+           "collective stages) ms, required when the attributor has collective stages. Raises ValueError\n"
+           "on shapes.")
       .def(
           "peer_refs",
           [](const at::RunAttributor& run, const at::StepAttribution& s) { return peer_refs(s, run.shape().pp); },

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "core/collective_waits.h"
 #include "core/stats.h"
 #include "core/verdict.h"
 
@@ -36,6 +37,25 @@ core::StepVerdict judge(const Array& ms, std::vector<std::string> stages, std::i
   py::gil_scoped_release release;  // the verdict never touches Python objects
   const auto matrix = core::StepMatrix::from_rows(step, ranks, std::move(stages), std::move(values));
   return groups ? core::judge_step(matrix, config, *groups) : core::judge_step(matrix, config);
+}
+
+py::tuple collective_waits(const Array& durations_ms) {
+  if (durations_ms.ndim() != 2) {
+    throw std::invalid_argument("durations_ms must be a 2-D (ranks x collectives) array, got " +
+                                std::to_string(durations_ms.ndim()) + "-D");
+  }
+  const auto ranks = static_cast<std::size_t>(durations_ms.shape(0));
+  const auto collectives = static_cast<std::size_t>(durations_ms.shape(1));
+  core::CollectiveWaits w;
+  {
+    py::gil_scoped_release release;
+    w = core::collective_waits(durations_ms.data(), ranks, collectives);
+  }
+  py::array_t<std::int64_t> late(static_cast<py::ssize_t>(ranks));
+  py::array_t<double> wait(static_cast<py::ssize_t>(ranks));
+  std::copy(w.late_counts.begin(), w.late_counts.end(), late.mutable_data());
+  std::copy(w.wait_ms.begin(), w.wait_ms.end(), wait.mutable_data());
+  return py::make_tuple(w.blamed_rank, late, wait);
 }
 
 }  // namespace
@@ -99,6 +119,12 @@ void bind_core(py::module_& m) {
         "groups: optional comparison group id (>= 0) per rank, e.g. its pipeline stage: ranks are\n"
         "then judged within their group and the spread between groups is imbalance_ratio.\n"
         "Raises ValueError on a shape mismatch, bad groups or an invalid config.");
+
+  m.def("collective_waits", &collective_waits, py::arg("durations_ms"),
+        "Per collective, the rank with the shortest duration arrived last; every other rank waited\n"
+        "its duration minus that one (csrc/core/collective_waits.h). durations_ms: (ranks >= 2,\n"
+        "collectives >= 1) finite ms. Returns (blamed_rank, late_counts (ranks,) int64, wait_ms\n"
+        "(ranks,) summed ms). Raises ValueError on a bad shape or a non-finite duration.");
 }
 
 }  // namespace relax_straggler::python

@@ -1,4 +1,4 @@
-// Sampled per-stage timing for one rank (ARCHITECTURE.md invariants 2, 3 and 8).
+// Sampled per-stage timing for one rank (docs/ARCHITECTURE.md invariants 2, 3 and 8).
 //
 // begin_step(step) decides whether the step is sampled (step >= warmup_steps and
 // step % interval == 0). Only on sampled steps do the recording methods touch the event

@@ -1,6 +1,6 @@
 // The Work handed back for a collective issued on a sampled step: forwards everything
 // to the inner Work and times how long the caller is blocked in wait() (a wait the
-// StageTimer takes out of the compute stage it happened in, invariant 8).
+// StageTimer takes out of the compute stage it happened in, docs/ARCHITECTURE.md invariant 8).
 //
 // Its future is the inner future chained with a callback that records the collective's
 // end: whoever waits on it (DDP's reducer does) resumes only after the end is recorded,

@@ -1,8 +1,11 @@
-"""Thresholds of offline analysis. The CLI's argument groups mirror these fields one to one."""
+"""Thresholds of offline analysis. The CLI's flags are derived from these fields
+(relax_straggler.dataclass_flags), one flag per field."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from relax_straggler.dataclass_flags import flag_field
 
 
 @dataclass(frozen=True)
@@ -16,16 +19,16 @@ class AnalyzeConfig:
     last this many steps and add its votes to the output; 0 = off. Memory: ensemble_steps x
     ranks x 14 stages x 8 bytes."""
 
-    relative_threshold: float = 1.2
-    absolute_ms_threshold: float = 5.0
-    min_impact: float = 0.02
-    p2p_ratio: float = 1.3
-    jump_ratio: float = 2.0
-    baseline_ratio: float = 2.0
-    slow_step_ratio: float = 1.25
-    slow_step_window: int = 20
-    persistence: float = 0.5
-    ensemble_steps: int = 0
+    relative_threshold: float = flag_field(1.2, "slow when t >= ref x this (dimensionless)")
+    absolute_ms_threshold: float = flag_field(5.0, "and t - ref >= this many ms")
+    min_impact: float = flag_field(0.02, "and t - ref >= this fraction of the step time")
+    p2p_ratio: float = flag_field(1.3, "a p2p time >= its reference x this is abnormal")
+    jump_ratio: float = flag_field(2.0, "a p2p time above this x the worker's previous value is a jump")
+    baseline_ratio: float = flag_field(2.0, "a worker's mean p2p time above this x the median worker is an outlier")
+    slow_step_ratio: float = flag_field(1.25, "PP = 2: a step above this x the rolling median step time is slow")
+    slow_step_window: int = flag_field(20, "PP = 2: steps in the rolling median")
+    persistence: float = flag_field(0.5, "fraction of steps a finding must hold in to be an anomaly")
+    ensemble_steps: int = flag_field(0, "run the six-clusterer window detector on the last N steps (0 = off)")
 
     def engine_config(self):
         """The relax_straggler._core.AttributionConfig. Raises ValueError naming a bad field."""

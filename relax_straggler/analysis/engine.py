@@ -4,15 +4,15 @@ O(ranks) running statistics, never the steps themselves.
 Per per-rank step (StepTimes, ms):
   1. ranks -> workers (dp_rank, pp_rank): the tensor-parallel ranks of a worker run in
      lockstep, so a worker's compute and p2p times are the max over its ranks (the worker
-     is as slow as its slowest rank), its collective times the min (invariant 7: the rank
+     is as slow as its slowest rank), its collective times the min (docs/ARCHITECTURE.md invariant 7: the rank
      that arrives last waits least);
   2. compute stages (forward, backward, optimizer, data, attention, moe; per token when
      every rank reported its workload) and pipeline p2p times go to the RunAttributor:
      individual vs structural slowness and send/recv cross-validation
      (csrc/core/attribute);
-  3. collective late arrivals (invariant 7): per pipeline stage, the dp replica with the
-     shortest collective time is the one the others waited for, when
-     ref - t >= max(absolute_ms, min_impact x step) and t x relative <= ref (ref: median);
+  3. collective late arrivals (docs/ARCHITECTURE.md invariant 7), also in the RunAttributor
+     (csrc/core/attribute/late_arrival.h): per pipeline stage, the dp replica with the
+     shortest collective time is the one the others waited for;
   4. per-rank running sums: mean ms per stage, and the slowdown against the median of the
      rank's dp replicas of the same pipeline stage, per compute stage and over all compute
      (sum of its compute ms / sum of the references: time-weighted, so a 0.2 ms stage's
@@ -22,7 +22,6 @@ Min/max-only steps (MinMaxStep) are summarized separately (minmax.py).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
@@ -30,11 +29,12 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.analysis.ensemble import EnsembleWindow
+from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.minmax import MinMaxSummary
-from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes, Topology
-from relax_straggler.report import normalize_workload
+from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes
+from relax_straggler.topology import Topology
 from relax_straggler.stages import STAGE_IDS, STAGES, is_communication
+from relax_straggler.workload import normalize_workload
 
 COMPUTE_STAGES: tuple[str, ...] = tuple(s for s in STAGES if not is_communication(s))
 COLLECTIVE_STAGES: tuple[str, ...] = tuple(
@@ -78,14 +78,12 @@ class RankStats:
     slowdown_count: np.ndarray
     sum_total: np.ndarray  # (world,) compute time over the peer references' sum (time-weighted slowdown)
     total_count: np.ndarray
-    late: np.ndarray  # (workers, COLLECTIVE_STAGES) steps the worker arrived last
 
     @staticmethod
-    def zeros(world: int, workers: int) -> "RankStats":
+    def zeros(world: int) -> "RankStats":
         return RankStats(np.zeros((world, len(STAGES))), np.zeros((world, len(STAGES)), np.int64),
                          np.zeros((world, len(COMPUTE_STAGES))), np.zeros((world, len(COMPUTE_STAGES)), np.int64),
-                         np.zeros(world), np.zeros(world, np.int64),
-                         np.zeros((workers, len(COLLECTIVE_STAGES)), np.int64))
+                         np.zeros(world), np.zeros(world, np.int64))
 
     def mean_ms(self) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -110,28 +108,30 @@ class RunResult:
     config: AnalyzeConfig
     run: object
     stats: Optional[RankStats]
+    late_arrivals: Optional[np.ndarray]  # (workers, COLLECTIVE_STAGES) steps each worker arrived last
     seen_ranks: np.ndarray  # (world,) bool: the rank appeared in the input
     steps: int
     step_ms: np.ndarray  # measured step times, ms (finite ones)
     has_p2p: bool
     per_token: bool
     minmax: MinMaxSummary
-    ensemble: Optional[dict]  # the window detector's votes (AnalyzeConfig.ensemble_steps), or None
+    ensemble: Optional[EnsembleVotes]  # the window detector's votes (AnalyzeConfig.ensemble_steps), or None
 
 
 class _Run:
     def __init__(self, topology: Topology, config: AnalyzeConfig) -> None:
         self.topology = topology
         self.config = config
-        self.attributor = core().RunAttributor(topology.dp, topology.pp, list(COMPUTE_STAGES), config.engine_config())
-        self.stats = RankStats.zeros(topology.world_size, topology.dp * topology.pp)
+        self.attributor = core().RunAttributor(topology.dp, topology.pp, list(COMPUTE_STAGES), config.engine_config(),
+                                               list(COLLECTIVE_STAGES))
+        self.stats = RankStats.zeros(topology.world_size)
         self.seen = np.zeros(topology.world_size, dtype=bool)
         self.maps: dict[bytes, _WorkerMap] = {}
         self.steps = 0
         self.step_ms: list[float] = []
         self.has_p2p = False
         self.per_token = False
-        self.ensemble = EnsembleWindow(config.ensemble_steps, topology) if config.ensemble_steps else None
+        self.history = StepHistory(topology.world_size, config.ensemble_steps) if config.ensemble_steps else None
 
     def add(self, step: StepTimes, path: str) -> None:
         topo = self.topology
@@ -154,14 +154,14 @@ class _Run:
                 p2p = wm.reduce(step.p2p_ms, np.fmax)
             else:
                 p2p = np.full((wm.workers, 4), np.nan)
-        sa = self.attributor.add_step(step.step, compute, p2p, step.step_ms)
+        collective = wm.reduce(ms[:, _COLLECTIVE], np.fmin)
+        sa = self.attributor.add_step(step.step, compute, p2p, step.step_ms, collective)
         self.steps += 1
         if np.isfinite(step.step_ms):
             self.step_ms.append(step.step_ms)
         self._fold_rank_stats(step, ms, wm, self.attributor.peer_refs(sa))
-        self._fold_late_arrivals(wm.reduce(ms[:, _COLLECTIVE], np.fmin), sa.budget_ms)
-        if self.ensemble is not None:
-            self.ensemble.add(step, ms)
+        if self.history is not None:
+            self.history.add(step.ranks, ms)
 
     def _fold_rank_stats(self, step: StepTimes, ms: np.ndarray, wm: _WorkerMap, refs: np.ndarray) -> None:
         s, r = self.stats, step.ranks
@@ -188,27 +188,6 @@ class _Run:
         s.sum_total[r] += np.where(total_ok, total, 0.0)
         s.total_count[r] += total_ok
 
-    def _fold_late_arrivals(self, coll: np.ndarray, budget_ms: float) -> None:
-        topo, cfg = self.topology, self.config
-        if topo.dp < 2:
-            return
-        grid = coll.reshape(topo.pp, topo.dp, -1)  # worker w = pp x dp + dp_rank
-        has = np.isfinite(grid)
-        enough = has.sum(axis=1) >= 2  # (pp, stages)
-        if not enough.any():
-            return
-        filled = np.where(has, grid, np.inf)
-        arg = np.argmin(filled, axis=1)
-        low = np.take_along_axis(filled, arg[:, None, :], axis=1)[:, 0, :]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices, excluded by `enough`
-            ref = np.nanmedian(np.where(has, grid, np.nan), axis=1)
-        floor = max(cfg.absolute_ms_threshold, cfg.min_impact * budget_ms)
-        late = enough & (ref - low >= floor) & (low * cfg.relative_threshold <= ref)
-        pp_idx, stage_idx = np.nonzero(late)
-        workers = pp_idx * topo.dp + arg[pp_idx, stage_idx]
-        np.add.at(self.stats.late, (workers, stage_idx), 1)
-
 
 def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_node: Optional[int] = None,
             progress: Optional[Progress] = None) -> RunResult:
@@ -233,17 +212,20 @@ def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_n
         raise InputError(f"{source.path}: no step could be read")
     if run is not None and int(run.seen.sum()) < 2:
         raise InputError(f"{source.path}: the input has a single rank: stragglers are found by comparing ranks")
+    attribution = None if run is None else run.attributor.finish()
     return RunResult(
         source=source,
         topology=None if run is None else run.topology,
         config=config,
-        run=None if run is None else run.attributor.finish(),
+        run=attribution,
         stats=None if run is None else run.stats,
+        late_arrivals=None if run is None else attribution.late_arrivals.reshape(-1, len(COLLECTIVE_STAGES)),
         seen_ranks=np.zeros(0, bool) if run is None else run.seen,
         steps=0 if run is None else run.steps,
         step_ms=np.array([] if run is None else run.step_ms),
         has_p2p=run is not None and run.has_p2p,
         per_token=run is not None and run.per_token,
         minmax=minmax,
-        ensemble=None if run is None or run.ensemble is None else run.ensemble.run(run.seen),
+        ensemble=None if run is None or run.history is None else run_ensemble(run.history, run.topology,
+                                                                              ranks=np.flatnonzero(run.seen)),
     )

@@ -1,62 +1,140 @@
-"""Optional second opinion: the six-clusterer window detector (relax_straggler.detect,
-issue 5) run on the last N per-rank steps of the input (AnalyzeConfig.ensemble_steps).
+"""The six-clusterer window detector (relax_straggler.detect.window) over recorded steps:
+the one adapter `analyze` (its optional second opinion, AnalyzeConfig.ensemble_steps) and
+the monitor (the slow iterations it analyses) share.
 
-Its votes are added to the output beside the attribution; they never create or remove an
-anomaly. Ranks are compared within their pipeline stage (rank_to_group = pp rank), so a
-structurally slow stage shows as `imbalance`, not as slow ranks.
+Ranks are compared within their pipeline stage (rank_to_group = pp rank), so a
+structurally slow stage shows as `imbalance`, not as slow ranks. The votes are evidence
+beside the attribution; they never create or remove an anomaly of `analyze`.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from relax_straggler.readers import StepTimes, Topology
 from relax_straggler.stages import STAGES
+from relax_straggler.topology import Topology
+
+if TYPE_CHECKING:
+    from relax_straggler.detect import WindowConfig
 
 
-class EnsembleWindow:
-    """Keeps the last `steps` per-rank matrices, (world, len(STAGES)) ms each."""
+@dataclass(frozen=True)
+class EnsembleAnomaly:
+    """A rank the clusterers voted slow. rank: global rank id; votes: algorithms (of
+    `EnsembleVotes.algorithms`) that put it in their slow cluster; stages: where, slowest
+    first; node: its node id when the layout maps ranks to nodes."""
 
-    def __init__(self, steps: int, topology: Topology) -> None:
-        self.topology = topology
-        self._window: deque[np.ndarray] = deque(maxlen=steps)
+    rank: int
+    votes: int
+    stages: tuple[str, ...]
+    node: Optional[int] = None
 
-    def add(self, step: StepTimes, ms: np.ndarray) -> None:
-        full = np.full((self.topology.world_size, len(STAGES)), np.nan)
-        full[step.ranks] = ms
-        self._window.append(full)
 
-    def run(self, seen: np.ndarray) -> Optional[dict]:
-        """The detector's findings in global rank ids, or {"steps", "error": message} when it
-        rejects the window (too few steps after its warm-up, for example) or its compiled
-        half does not match relax_straggler/detect.py (TypeError: rebuild with `make build`)."""
-        if not self._window:
-            return None
-        from relax_straggler import detect
+@dataclass(frozen=True)
+class StageImbalance:
+    """A whole pipeline stage slower than the others in `stage`: ratio = slowest / fastest."""
 
-        ranks = np.flatnonzero(seen)
-        ms = np.stack(self._window)[:, ranks, :]
-        columns = [j for j in range(len(STAGES)) if np.isfinite(ms[:, :, j]).any()]
-        stages = [STAGES[j] for j in columns]
-        _, pp, _ = self.topology.coords(ranks)
-        nodes = None
-        if self.topology.ranks_per_node is not None:
-            nodes = [int(self.topology.node_of(int(r))) for r in ranks]
-        try:
-            result = detect.window(ms[:, :, columns], stages, rank_to_node=nodes, rank_to_group=pp.tolist())
-        except (ValueError, TypeError) as exc:
-            return {"steps": len(self._window), "error": f"{type(exc).__name__}: {exc}"}
+    stage: str
+    slowest_pp_rank: int
+    fastest_pp_rank: int
+    ratio: float
+
+
+@dataclass(frozen=True)
+class EnsembleVotes:
+    """The detector's answer over `steps` recorded steps (steps_used after its warm-up), in
+    global rank ids; `error` names why it rejected the steps (then every other field is
+    empty)."""
+
+    steps: int
+    steps_used: int = 0
+    algorithms: int = 0
+    anomalies: tuple[EnsembleAnomaly, ...] = ()
+    votes: dict[int, int] = field(default_factory=dict)  # rank -> votes, ranks with at least one
+    link_suspects: tuple[int, ...] = ()
+    imbalance: tuple[StageImbalance, ...] = ()
+    error: Optional[str] = None
+
+    def top(self) -> Optional[EnsembleAnomaly]:
+        """The anomaly with the most votes (the first on ties), or None."""
+        return max(self.anomalies, key=lambda a: a.votes) if self.anomalies else None
+
+    def to_dict(self) -> dict:
+        """The JSON form (`analyze --format json` "ensemble", the monitor's "ensemble")."""
+        if self.error is not None:
+            return {"steps": self.steps, "error": self.error}
         return {
-            "steps": len(self._window),
-            "steps_used": result.steps_used,
-            "anomalies": [{"rank": int(ranks[a.rank]), "votes": a.votes, "stages": list(a.stages),
-                           "node": a.node if a.node >= 0 else None} for a in result.anomalies],
-            "votes": {str(int(ranks[i])): int(v) for i, v in enumerate(result.votes) if v},
-            "algorithms": len(result.algorithm_slow_ranks),
-            "link_suspects": [int(ranks[i]) for i in result.link_suspects],
-            "imbalance": [{"stage": i.stage, "slowest_pp_rank": i.slowest_group, "fastest_pp_rank": i.fastest_group,
-                           "ratio": i.ratio} for i in result.imbalance],
+            "steps": self.steps,
+            "steps_used": self.steps_used,
+            "anomalies": [{"rank": a.rank, "votes": a.votes, "stages": list(a.stages), "node": a.node}
+                          for a in self.anomalies],
+            "votes": {str(r): v for r, v in self.votes.items()},
+            "algorithms": self.algorithms,
+            "link_suspects": list(self.link_suspects),
+            "imbalance": [{"stage": i.stage, "slowest_pp_rank": i.slowest_pp_rank,
+                           "fastest_pp_rank": i.fastest_pp_rank, "ratio": i.ratio} for i in self.imbalance],
         }
+
+
+class StepHistory:
+    """The last `max_steps` (all when None) per-rank step matrices, (world, len(STAGES)) ms
+    each, NaN for a rank absent from a step."""
+
+    def __init__(self, world_size: int, max_steps: Optional[int] = None) -> None:
+        self.world_size = world_size
+        self._steps: deque[np.ndarray] = deque(maxlen=max_steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def add(self, ranks: np.ndarray, ms: np.ndarray) -> None:
+        """ranks: (rows,) global rank ids < world_size; ms: (rows, len(STAGES))."""
+        full = np.full((self.world_size, len(STAGES)), np.nan)
+        full[ranks] = ms
+        self._steps.append(full)
+
+    def stacked(self) -> np.ndarray:
+        """(steps, world, len(STAGES)) ms."""
+        return np.stack(self._steps)
+
+
+def run_ensemble(history: StepHistory, topology: Topology, config: Optional["WindowConfig"] = None,
+                 ranks: Optional[np.ndarray] = None) -> Optional[EnsembleVotes]:
+    """The window detector over `history` (None when it is empty). ranks: the global ranks
+    to compare (default: every rank with a time). config: a relax_straggler.detect.
+    WindowConfig (default: the detector's defaults). Rejections (too few steps after the
+    warm-up, too few ranks, a compiled half that does not match relax_straggler/detect.py:
+    rebuild with `make build`) come back as EnsembleVotes.error, never raised."""
+    if not len(history):
+        return None
+    from relax_straggler import detect
+
+    ms = history.stacked()
+    if ranks is None:
+        ranks = np.flatnonzero(np.isfinite(ms).any(axis=(0, 2)))
+    ms = ms[:, ranks, :]
+    columns = [j for j in range(len(STAGES)) if np.isfinite(ms[:, :, j]).any()]
+    _, pp, _ = topology.coords(ranks)
+    nodes = None
+    if topology.ranks_per_node is not None:
+        nodes = [int(topology.node_of(int(r))) for r in ranks]
+    try:
+        found = detect.window(ms[:, :, columns], [STAGES[j] for j in columns],
+                              config,
+                              rank_to_node=nodes, rank_to_group=pp.tolist())
+    except (ValueError, TypeError) as exc:
+        return EnsembleVotes(steps=len(history), error=f"{type(exc).__name__}: {exc}")
+    return EnsembleVotes(
+        steps=len(history),
+        steps_used=found.steps_used,
+        algorithms=len(found.algorithm_slow_ranks),
+        anomalies=tuple(EnsembleAnomaly(int(ranks[a.rank]), int(a.votes), tuple(a.stages),
+                                        a.node if a.node >= 0 else None) for a in found.anomalies),
+        votes={int(ranks[i]): int(v) for i, v in enumerate(found.votes) if v},
+        link_suspects=tuple(int(ranks[i]) for i in found.link_suspects),
+        imbalance=tuple(StageImbalance(i.stage, i.slowest_group, i.fastest_group, i.ratio) for i in found.imbalance),
+    )

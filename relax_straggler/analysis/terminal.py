@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from relax_straggler.analysis.summary import format_ranks
+from relax_straggler.analysis.findings import format_ranks
 
 TOP_RANKS = 10
 STATUS_STYLE = {"stragglers": "bold red", "imbalance": "bold yellow", "clean": "bold green", "inconclusive": "bold"}

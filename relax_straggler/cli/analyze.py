@@ -9,23 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import fields
 
 from relax_straggler.analysis.config import AnalyzeConfig
+from relax_straggler.dataclass_flags import add_field_flags, config_from_args
 
 FORMATS = ("straggler-jsonl", "megatron-log", "chrome-trace", "parquet-trace")
-THRESHOLD_HELP = {
-    "relative_threshold": "slow when t >= ref x this (dimensionless)",
-    "absolute_ms_threshold": "and t - ref >= this many ms",
-    "min_impact": "and t - ref >= this fraction of the step time",
-    "p2p_ratio": "a p2p time >= its reference x this is abnormal",
-    "jump_ratio": "a p2p time above this x the worker's previous value is a jump",
-    "baseline_ratio": "a worker's mean p2p time above this x the median worker is an outlier",
-    "slow_step_ratio": "PP = 2: a step above this x the rolling median step time is slow",
-    "slow_step_window": "PP = 2: steps in the rolling median",
-    "persistence": "fraction of steps a finding must hold in to be an anomaly",
-    "ensemble_steps": "run the six-clusterer window detector on the last N steps (0 = off)",
-}
 
 
 def register(subparsers) -> None:
@@ -50,14 +38,12 @@ def register(subparsers) -> None:
     out.add_argument("--heatmap", default=None, help="write the rank x stage heatmap PNG to this file")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     th = p.add_argument_group("thresholds (AnalyzeConfig)")
-    for f in fields(AnalyzeConfig):
-        th.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=type(f.default), default=f.default,
-                        metavar="N", help=f"{THRESHOLD_HELP[f.name]} (default {f.default})")
+    add_field_flags(th, AnalyzeConfig, metavar="N", show_default=True)
     p.set_defaults(run=run)
 
 
 def _topology(args):
-    from relax_straggler.readers import Topology
+    from relax_straggler.topology import Topology
 
     if args.dp is None and args.pp is None and args.tp is None:
         return None
@@ -73,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     err = Console(stderr=True)
     try:
-        config = AnalyzeConfig(**{f.name: getattr(args, f.name) for f in fields(AnalyzeConfig)})
+        config = config_from_args(AnalyzeConfig, args)
         config.engine_config()
         topology = _topology(args)
         source = open_source(args.path, args.input_format, strict=args.strict, topology=topology, meta=args.meta)

@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from relax_straggler.monitor.ingest import IngestStats, ingest
-    from relax_straggler.monitor.store import open_store
-    from relax_straggler.monitor.store_base import StoreError, check_job_id
+    from relax_straggler.stores.opener import open_store
+    from relax_straggler.stores.base import StoreError, check_job_id
     from relax_straggler.readers import InputError, open_source
 
     err = Console(stderr=True)

@@ -141,9 +141,10 @@ def run(args: argparse.Namespace) -> int:
                 device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
             if device.startswith("cuda"):
                 torch.cuda.set_device(torch.device(device))
-            factory = parity.demo_factory(parity.DemoSpec(layers=args.layers, d_model=args.d_model, heads=args.heads,
-                                                          seq_len=args.seq_len, batch_size=args.batch_size,
-                                                          device=device))
+            from relax_straggler.demo import DemoSpec, demo_factory
+
+            factory = demo_factory(DemoSpec(layers=args.layers, d_model=args.d_model, heads=args.heads,
+                                            seq_len=args.seq_len, batch_size=args.batch_size, device=device))
         result = parity.run_parity(factory, steps=args.steps, intervals=args.intervals, seed=args.seed,
                                    control=args.control, module_stages=args.module_stages)
     except (ValueError, OSError, ImportError, RuntimeError, AttributeError) as exc:

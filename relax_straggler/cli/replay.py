@@ -34,8 +34,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from relax_straggler.monitor.replay import Injection, Synthetic, recorded_steps, replay
-    from relax_straggler.monitor.store import open_store
-    from relax_straggler.monitor.store_base import StoreError, check_job_id
+    from relax_straggler.stores.opener import open_store
+    from relax_straggler.stores.base import StoreError, check_job_id
     from relax_straggler.readers import InputError
 
     if (args.input is None) == (args.synthetic is None):

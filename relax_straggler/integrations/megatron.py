@@ -2,10 +2,10 @@
 
 Megatron-Core's schedules, p2p communication, gradient finalization and optimizer call
 ``config.timers(name, log_level=...).start()`` / ``.stop()`` whenever ``config.timers``
-is set. `MegatronTimers` answers those calls: names in `TIMER_STAGES` open and close
-the matching stage on sampled steps (a relaxed atomic load otherwise), never
-synchronizing and never joining a barrier (``barrier=`` is handed to the chained
-Timers only). It chains to the Timers object that was there, so Megatron-LM's own
+is set. `MegatronTimers` answers those calls: a name that means a stage
+(relax_straggler.megatron_timers.live_stage) opens and closes that stage on sampled
+steps (a relaxed atomic load otherwise), never synchronizing and never joining a
+barrier (``barrier=`` is handed to the chained Timers only). It chains to the Timers object that was there, so Megatron-LM's own
 timing and logging go on unchanged. Because the schedules only look at
 ``config.timers``, this reaches Megatron-Core's standard schedules and any schedule
 built on its ``forward_step`` / ``backward_step`` (Relax's streaming schedules) without
@@ -39,44 +39,11 @@ from relax_straggler._ext import ext
 from relax_straggler.analyzer import Analyzer, NullAnalyzer
 from relax_straggler.analyzer import install as install_analyzer
 from relax_straggler.config import StragglerConfig
+from relax_straggler.megatron_timers import live_stage
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.stages import stage_id
 
 log = logging.getLogger(__name__)
-
-# Megatron timer name -> stage (ARCHITECTURE.md, data contract). Combined p2p calls
-# (`*-send-*-recv`) return when the received tensor has arrived, so their time is the
-# wait for the peer: they count as `communication/recv`. `all-grads-sync` is the
-# exposed wait for the data-parallel gradient reduction (all-reduce, or reduce-scatter
-# with the distributed optimizer), the same meaning `communication` has under DDP.
-TIMER_STAGES: Mapping[str, str] = {
-    "forward-compute": "forward",
-    "backward-compute": "backward",
-    "batch-generator": "data",
-    "optimizer": "optimizer",
-    "optimizer-copy-to-main-grad": "optimizer",
-    "optimizer-unscale-and-check-inf": "optimizer",
-    "optimizer-clip-main-grad": "optimizer",
-    "optimizer-count-zeros": "optimizer",
-    "optimizer-inner-step": "optimizer",
-    "optimizer-copy-main-to-model-params": "optimizer",
-    "all-grads-sync": "communication",
-    "grads-reduce-scatter": "communication/reduce_scatter",
-    "grads-all-reduce": "communication/allreduce",
-    "params-all-gather": "communication/allgather",
-    "embedding-grads-all-reduce": "communication/allreduce",
-    "non-tensor-parallel-grads-all-reduce": "communication/allreduce",
-    "conditional-embedder-grads-all-reduce": "communication/allreduce",
-    "forward-recv": "communication/recv",
-    "backward-recv": "communication/recv",
-    "forward-send": "communication/send",
-    "backward-send": "communication/send",
-    "forward-send-backward-recv": "communication/recv",
-    "backward-send-forward-recv": "communication/recv",
-    "forward-send-forward-recv": "communication/recv",
-    "backward-send-backward-recv": "communication/recv",
-    "forward-backward-send-forward-backward-recv": "communication/recv",
-}
 
 
 class _NullTimer:
@@ -136,8 +103,9 @@ class MegatronTimers:
     """The interface Megatron-Core expects of ``config.timers``, feeding stage sections.
 
     timer: an analyzer's StageTimer (``analyzer.timer``). inner: the Timers object to
-    chain to (Megatron's ``Timers``) or None. stages: {timer name: stage}, default
-    TIMER_STAGES; every stage must be in relax_straggler.STAGES (ValueError otherwise).
+    chain to (Megatron's ``Timers``) or None. stages: {timer name: stage} to use instead
+    of the Megatron vocabulary (relax_straggler.megatron_timers.live_stage); every stage
+    must be in relax_straggler.STAGES (ValueError otherwise).
     ``timers(name, log_level=None)`` returns a timer with start/stop(barrier=False);
     names outside `stages` get the chained timer (or a no-op one). log/write and any
     other Timers method go to the chained object, or do nothing without one.
@@ -146,7 +114,12 @@ class MegatronTimers:
     def __init__(self, timer: Any, inner: Any = None, stages: Optional[Mapping[str, str]] = None) -> None:
         self._timer = timer
         self._inner = inner
-        self._stage_ids = {name: stage_id(stage) for name, stage in (TIMER_STAGES if stages is None else stages).items()}
+        if stages is None:
+            self._stage_of: Callable[[str], Optional[str]] = live_stage
+        else:
+            for stage in stages.values():
+                stage_id(stage)  # a bad stage fails here, not at the first call of its timer
+            self._stage_of = dict(stages).get
         self._views: dict[str, Any] = {}
 
     @property
@@ -158,8 +131,8 @@ class MegatronTimers:
         view = self._views.get(name)
         if view is None:
             inner = self._inner(name, log_level=log_level) if self._inner is not None else None
-            sid = self._stage_ids.get(name)
-            view = _StageView(self._timer, sid, inner) if sid is not None else (inner or _NULL_TIMER)
+            stage = self._stage_of(name)
+            view = _StageView(self._timer, stage_id(stage), inner) if stage is not None else (inner or _NULL_TIMER)
             self._views[name] = view
         return view
 

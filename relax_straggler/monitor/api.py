@@ -7,8 +7,8 @@
     DELETE /jobs/{job_id}         unregister (404 when unknown)
     GET    /jobs/{job_id}         the job's status (as GET /{job_id})
     GET    /jobs/{job_id}/results every kept analysis, oldest first
-    GET    /detect/{job_id}       register (the seed's form)
-    GET    /undetect/{job_id}     unregister (the seed's form)
+    GET    /detect/{job_id}       register (the mt-detector form)
+    GET    /undetect/{job_id}     unregister (the mt-detector form)
     GET    /metrics               Prometheus text format (relax_straggler/monitor/metrics.py)
     GET    /{job_id}              the job's status: job_id, status, hang_check, slowdown_check
                                   (straggler_prediction {straggler_rank, straggler_node}),
@@ -31,9 +31,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
 from relax_straggler.monitor.service import Monitor
-from relax_straggler.monitor.store_base import JOB_ID_PATTERN
-from relax_straggler.monitor.window_analysis import MAX_RANKS
-from relax_straggler.readers.base import Topology
+from relax_straggler.stores.base import JOB_ID_PATTERN
+from relax_straggler.monitor.range_analysis import MAX_RANKS
+from relax_straggler.topology import Topology
 
 # Job ids as store_base.JOB_ID_PATTERN; "jobs" and "metrics" are routes of their own and
 # cannot be read through GET /{job_id}.
@@ -147,19 +147,19 @@ def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
         except KeyError:
             raise unknown(job_id) from None
 
-    @app.get("/detect/{job_id}", summary="Register a job (the seed's form)")
+    @app.get("/detect/{job_id}", summary="Register a job (the mt-detector form)")
     def detect(job_id: str = JobId) -> dict:
         state, created = register(job_id, None)
         return {"job_id": job_id, "registered": True, "created": created, "status": state["status"],
                 "message": f"job {job_id} is monitored" if created else f"job {job_id} was monitored already"}
 
-    @app.get("/undetect/{job_id}", summary="Unregister a job (the seed's form)")
+    @app.get("/undetect/{job_id}", summary="Unregister a job (the mt-detector form)")
     def undetect(job_id: str = JobId) -> dict:
         last = unregister(job_id)
         return {"job_id": job_id, "registered": False, "last_status": last["status"],
                 "message": f"job {job_id} is no longer monitored"}
 
-    @app.get("/{job_id}", summary="A job's status (the seed's form)")
+    @app.get("/{job_id}", summary="A job's status (the mt-detector form)")
     def job_status(job_id: str = JobId) -> dict:
         return view(job_id)
 

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import pyarrow as pa
 
 from relax_straggler.monitor.replay import step_table
-from relax_straggler.monitor.store_base import Store, StoreError
+from relax_straggler.stores.base import Store, StoreError
 from relax_straggler.readers.base import InputError, MinMaxStep, Source
 
 

@@ -1,7 +1,8 @@
 """The replay simulator (``relax-straggler replay``): writes a recorded or synthetic job into
 a store under a new job id, iteration by iteration, with fresh timestamps, at a chosen speed.
 
-Steps (readers.base.StepTimes, ms) become megatron_metrics rows, one per (rank, timer):
+Steps (readers.base.StepTimes, ms) become megatron_metrics rows, one per (rank, timer),
+each stage under relax_straggler.megatron_timers.stage_timer_name:
 
     forward -> forward-compute       backward -> backward-compute     optimizer -> optimizer
     data -> batch-generator          communication -> all-grads-sync
@@ -33,20 +34,13 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from relax_straggler.monitor.store_base import SAMPLE_SCHEMA, STEP_METRIC, Store
+from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
 from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, StepTimes
-from relax_straggler.readers.megatron_names import timer_target
-from relax_straggler.readers.metrics_rows import STAGE_PREFIX
+from relax_straggler.megatron_timers import stage_timer_name, timer_meaning
 from relax_straggler.stages import STAGE_IDS, STAGES
 
-TIMER_OF_STAGE: dict[str, str] = {
-    "forward": "forward-compute", "backward": "backward-compute", "optimizer": "optimizer",
-    "data": "batch-generator", "communication": "all-grads-sync",
-    "communication/allreduce": "grads-all-reduce", "communication/reduce_scatter": "grads-reduce-scatter",
-    "communication/allgather": "params-all-gather",
-}
 _ALLREDUCE = STAGE_IDS["communication/allreduce"]
-_TIMER_COLUMNS = [(STAGE_IDS[s], TIMER_OF_STAGE.get(s, STAGE_PREFIX + s)) for s in STAGES]
+_TIMER_COLUMNS = [(STAGE_IDS[s], stage_timer_name(s)) for s in STAGES]
 _P2P_STAGES = (STAGE_IDS["communication/send"], STAGE_IDS["communication/recv"])  # carried by the p2p columns
 
 
@@ -70,11 +64,12 @@ class Injection:
         if stage in STAGE_IDS:
             column = STAGE_IDS[stage]
         else:
-            target = timer_target(stage)
-            if target is None or target.stage is None:
+            meaning = timer_meaning(stage)
+            # A part-of timer (optimizer-*) names only a piece of its stage: not a stage to delay.
+            if meaning is None or meaning.stage is None or meaning.part_of is not None:
                 raise ValueError(f"--inject-delay {text!r}: {stage!r} is neither a stage ({', '.join(STAGES)}) nor "
                                  "a Megatron timer name of one")
-            column = target.stage
+            column = STAGE_IDS[meaning.stage]
         try:
             inj = Injection(int(rank), column, float(ms), int(first))
         except ValueError:

@@ -29,11 +29,13 @@ from typing import Callable, Optional
 
 from relax_straggler.analysis import AnalyzeConfig
 from relax_straggler.monitor.metrics import MonitorMetrics
-from relax_straggler.monitor.store import open_store
-from relax_straggler.monitor.store_base import Store, StoreError, parse_store_url
-from relax_straggler.monitor.trigger import JobDetector, TriggerConfig, Window
-from relax_straggler.monitor.window_analysis import analyse_window
-from relax_straggler.readers.base import InputError, Topology
+from relax_straggler.stores.opener import open_store
+from relax_straggler.stores.base import Store, StoreError
+from relax_straggler.stores.url import parse_store_url
+from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
+from relax_straggler.monitor.range_analysis import analyze_range
+from relax_straggler.readers.base import InputError
+from relax_straggler.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +71,16 @@ class MonitorConfig:
     def resolved_state_path(self) -> str:
         if self.state_path:
             return self.state_path
-        scheme, where, port, database = parse_store_url(self.store_url)
-        if scheme == "file":
-            return os.path.join(where, "monitor-state.json")
+        store = parse_store_url(self.store_url)
+        if store.scheme == "file":
+            return os.path.join(store.location, "monitor-state.json")
         # One file per server and database: monitors of two stores never share a state file.
-        return f"relax-straggler-monitor-{where}-{port}-{database}.json"
+        return f"relax-straggler-monitor-{store.location}-{store.port}-{store.database}.json"
 
 
 @dataclass
 class JobRecord:
-    """One registered job. results: finished analyses, oldest first (window_analysis dicts);
+    """One registered job. results: finished analyses, oldest first (range_analysis dicts);
     pending: the window being analysed; error: why the last analysis failed, if it did;
     transitions: [[s since the epoch, status], ...], each change of status the monitor saw."""
 
@@ -87,7 +89,7 @@ class JobRecord:
     topology: Optional[Topology]
     detector: JobDetector
     results: list = field(default_factory=list)
-    pending: Optional[Window] = None
+    pending: Optional[IterationRange] = None
     error: Optional[str] = None
     transitions: list = field(default_factory=list)
     in_flight: bool = False  # an analysis of `pending` is queued or running (not saved)
@@ -285,17 +287,17 @@ class Monitor:
 
     # --- analyses ----------------------------------------------------------------------
 
-    def _submit(self, record: JobRecord, window: Window) -> None:
+    def _submit(self, record: JobRecord, window: IterationRange) -> None:
         record.in_flight = True
-        self._pool.submit(self._analyse, record, window)
+        self._pool.submit(self._analyze, record, window)
 
-    def _analyse(self, record: JobRecord, window: Window) -> None:
+    def _analyze(self, record: JobRecord, window: IterationRange) -> None:
         started = time.perf_counter()
         try:
             store = self._store
             if store is None:
                 raise StoreError(f"{self.config.store_url}: not connected (reconnecting)")
-            result = analyse_window(store, record.job_id, window, record.registered_at, record.topology,
+            result = analyze_range(store, record.job_id, window, record.registered_at, record.topology,
                                     self.config.analyze)
         except (StoreError, InputError, ValueError) as exc:
             log.warning("job %s: analysis of iterations %d-%d failed: %s", record.job_id, window.first_iteration,
@@ -415,7 +417,7 @@ class Monitor:
                 self._jobs[job_id] = JobRecord(
                     job_id, float(raw["registered_at"]), None if topo is None else Topology(**topo),
                     JobDetector.from_dict(self.config.trigger, raw["detector"]), list(raw["results"]),
-                    None if pending is None else Window(int(pending[0]), int(pending[1])), raw["error"],
+                    None if pending is None else IterationRange(int(pending[0]), int(pending[1])), raw["error"],
                     list(raw["transitions"]))
                 self._jobs[job_id].detector.predicting = self._jobs[job_id].pending is not None
         except (KeyError, TypeError, ValueError) as exc:

@@ -7,7 +7,7 @@ Per new iteration (step_ms = interval-time, the slowest rank's):
   step_ms <= baseline_tolerance (1.1) x the current median (any iteration joins an empty
   baseline), so slow iterations never drag the reference up.
 - slow: once the baseline is full, growth = step_ms / median - 1 > slowdown_threshold (0.25).
-- trigger: `history_size` consecutive slow iterations -> a Window [first, last] of exactly
+- trigger: `history_size` consecutive slow iterations -> an IterationRange [first, last] of exactly
   those iterations, for the analysis (the monitor bounds it by the registration time).
 - hang: no new iteration for more than hang_threshold_s (60 s) since the last one arrived
   (or since registration when none has).
@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from relax_straggler.monitor.store_base import IterationTime
+from relax_straggler.stores.base import IterationTime
 
 ACTIVE, SLOWDOWN, HANGING, PREDICTING, DETECTED = "active", "slowdown", "hanging", "predicting", "detected"
 STATUSES: tuple[str, ...] = (ACTIVE, SLOWDOWN, HANGING, PREDICTING, DETECTED)
@@ -64,7 +64,7 @@ class TriggerConfig:
 
 
 @dataclass(frozen=True)
-class Window:
+class IterationRange:
     """Iterations [first_iteration, last_iteration] to analyse (inclusive)."""
 
     first_iteration: int
@@ -98,7 +98,7 @@ class JobDetector:
         """The baseline's median step time, ms (None before the first iteration)."""
         return statistics.median(self.baseline) if self.baseline else None
 
-    def observe(self, iterations: Sequence[IterationTime], now: float) -> Optional[Window]:
+    def observe(self, iterations: Sequence[IterationTime], now: float) -> Optional[IterationRange]:
         """Folds in new iterations (ascending; ones at or before the last seen are ignored).
         Returns the window to analyse when this call completes a slow streak (the detector
         is then predicting until analysis_finished / analysis_failed), else None."""
@@ -112,7 +112,7 @@ class JobDetector:
             window = found or window
         return window
 
-    def _fold(self, it: IterationTime) -> Optional[Window]:
+    def _fold(self, it: IterationTime) -> Optional[IterationRange]:
         step, cfg = it.step_ms, self.config
         self.iteration_count += 1
         self.sum_ms += step
@@ -139,7 +139,7 @@ class JobDetector:
         self.slow_streak.append(it.iteration)
         if len(self.slow_streak) < cfg.history_size:
             return None
-        window = Window(self.slow_streak[0], self.slow_streak[-1])
+        window = IterationRange(self.slow_streak[0], self.slow_streak[-1])
         self.slow_streak.clear()
         self.predicting = True
         return window

@@ -22,8 +22,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from relax_straggler.readers.base import (P2P_OPS, InputError, MinMaxStep, Problem, Problems, Source, Step,
-                                          StepTimes, Topology)
+from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Problem, Problems, Source, Step, StepTimes
 from relax_straggler.readers.chrome_trace import ChromeTraceReader
 from relax_straggler.readers.megatron_log import MegatronLogReader
 from relax_straggler.readers.parquet_trace import ParquetTraceReader
@@ -37,7 +36,7 @@ READERS = {
 }
 
 __all__ = ["P2P_OPS", "READERS", "InputError", "MinMaxStep", "Problem", "Problems", "Source", "Step", "StepTimes",
-           "Topology", "detect_format", "open_source"]
+           "detect_format", "open_source"]
 
 
 def detect_format(path: str) -> str:

@@ -26,7 +26,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import InputError, Problems, StepTimes, Topology
+from relax_straggler.readers.base import InputError, Problems, StepTimes
+from relax_straggler.topology import Topology
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 

@@ -22,8 +22,8 @@ from typing import Iterator, Optional
 import numpy as np
 
 from relax_straggler._ext import core
-from relax_straggler.readers.base import (P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, Topology,
-                                          empty_stage_row)
+from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, empty_stage_row
+from relax_straggler.topology import Topology
 from relax_straggler.readers.op_trace import OpNames
 from relax_straggler.stages import STAGES
 

@@ -1,14 +1,14 @@
-"""megatron_metrics rows (relax_straggler.monitor.store_base.Sample) -> StepTimes, and a
+"""megatron_metrics rows (relax_straggler.stores.base.Sample) -> StepTimes, and a
 Source over a store's iteration range, so relax_straggler.analysis.engine.analyze() runs on
 the rows of a live job exactly as on a recorded file.
 
 Per iteration: one StepTimes row per rank that reported, ranks ascending. A row's time is
 the sum of its metric_values (ms; one value in practice, several when a timer ran per
 microbatch); rows of one (rank, timer) with different subnames add up. Timer names map
-through relax_straggler.readers.megatron_names.timer_target (stage and p2p columns), and
-``straggler/<stage>`` (what the live sink and replay write for a stage without a Megatron
-timer: attention, moe, communication/<op>) to that stage; step_ms is the largest first
-value of the iteration's interval-time rows.
+through relax_straggler.readers.megatron_names.timer_target (stage and p2p columns; the
+vocabulary of relax_straggler.megatron_timers, ``straggler/<stage>`` included, which the live
+sink and the replay write for a stage without a Megatron timer); step_ms is the largest
+first value of the iteration's interval-time rows.
 
 Problems carry no file line: each names job, iteration, rank and timer (line 0):
 unknown timer names (once per name, every row counted), empty / non-finite / negative
@@ -23,22 +23,12 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.monitor.store_base import STEP_METRIC, Sample, Store
-from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, Topology, empty_stage_row
+from relax_straggler.stores.base import STEP_METRIC, Sample, Store
+from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, empty_stage_row
+from relax_straggler.topology import Topology
 from relax_straggler.readers.megatron_names import TimerTarget, timer_target
-from relax_straggler.stages import STAGE_IDS
 
 FORMAT = "megatron-metrics"
-# Rows of a stage that has no Megatron timer name: "straggler/" + the stage name.
-STAGE_PREFIX = "straggler/"
-
-
-def row_target(name: str) -> Optional[TimerTarget]:
-    """The target of a row's metric_name: a Megatron timer name or straggler/<stage>; None
-    when unknown."""
-    if name.startswith(STAGE_PREFIX) and name[len(STAGE_PREFIX):] in STAGE_IDS:
-        return TimerTarget(STAGE_IDS[name[len(STAGE_PREFIX):]])
-    return timer_target(name)
 
 
 @dataclass
@@ -79,7 +69,7 @@ class RowConverter:
     def _target(self, row: Sample) -> Optional[TimerTarget]:
         name = row.metric_name
         if name not in self._targets:
-            self._targets[name] = row_target(name)
+            self._targets[name] = timer_target(name)
             if self._targets[name] is None:
                 self.problems.report(0, f"{self._where(row)}: unknown timer name {name!r} (not a Megatron timer "
                                         "name; see docs/ANALYZE.md for the mapping)", "unknown_op")

@@ -15,7 +15,8 @@ from typing import Iterator, Optional
 import numpy as np
 import yaml
 
-from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, Topology
+from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes
+from relax_straggler.topology import Topology
 from relax_straggler.readers.megatron_names import TimerTarget, timer_target
 from relax_straggler.stages import STAGES
 

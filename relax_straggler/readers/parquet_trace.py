@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from relax_straggler.readers.base import InputError, Problems, StepTimes, Topology
+from relax_straggler.readers.base import InputError, Problems, StepTimes
+from relax_straggler.topology import Topology
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 

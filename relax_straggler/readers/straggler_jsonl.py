@@ -16,7 +16,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import InputError, Problems, StepTimes, Topology, empty_stage_row
+from relax_straggler.readers.base import InputError, Problems, StepTimes, empty_stage_row
+from relax_straggler.topology import Topology
 from relax_straggler.stages import STAGE_IDS
 
 

@@ -1,4 +1,4 @@
-"""Report sinks and the off-thread pipeline that feeds them (invariant 5)."""
+"""Report sinks and the off-thread pipeline that feeds them (docs/ARCHITECTURE.md invariant 5)."""
 
 from relax_straggler.reporters.callback import CallbackSink
 from relax_straggler.reporters.console import ConsoleSink

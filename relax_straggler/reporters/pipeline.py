@@ -1,6 +1,6 @@
 """The metrics rank's report thread: waits for gathers, judges, and feeds the sinks.
 
-Invariant 5: nothing here runs on the training thread. The training thread only puts
+docs/ARCHITECTURE.md invariant 5: nothing here runs on the training thread. The training thread only puts
 (step, pending rows) on a bounded queue; a full queue drops the report and counts it
 (published as straggler/dropped_reports). A sink that raises is logged once and the
 others keep receiving reports; training never sees the exception.
@@ -13,7 +13,7 @@ import queue
 import threading
 from typing import Callable, Optional, Protocol
 
-from relax_straggler.aggregation import PendingRows
+from relax_straggler.payload import PendingRows
 from relax_straggler.report import Report
 
 log = logging.getLogger(__name__)

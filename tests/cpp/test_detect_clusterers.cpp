@@ -6,12 +6,14 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "core/detect/agglomerative.h"
 #include "core/detect/coreset.h"
 #include "core/detect/dbscan.h"
 #include "core/detect/fuzzy_cmeans.h"
 #include "core/detect/gmm.h"
+#include "core/detect/keep_best.h"
 #include "core/detect/kmeans.h"
 #include "core/detect/mean_shift.h"
 #include "core/detect/scores.h"
@@ -99,6 +101,27 @@ TEST(DetectScores, TwoClustersBeatOne) {
   const rd::PartitionScore two{0.1, 5.0, 2.0};
   EXPECT_TRUE(rd::better_partition(two, one));
   EXPECT_FALSE(rd::better_partition(one, two));
+}
+
+TEST(DetectScores, KeepBestKeepsTheFirstOfEqualsAndOnlyReplacesOnStrictlyBetter) {
+  const double nan = std::nan("");
+  rd::KeepBest<int> best;
+  EXPECT_FALSE(best.has_value());
+  best.offer(1, {nan, nan, nan});  // one cluster: kept only because it is the first
+  EXPECT_TRUE(best.has_value());
+  best.offer(2, {0.3, 5.0, 2.0});
+  best.offer(3, {0.3 + 1e-12, 5.0, 2.0});  // equal within the silhouette tolerance: the earlier stays
+  best.offer(4, {0.1, 50.0, 0.5});
+  best.offer(5, {nan, nan, nan});
+  EXPECT_EQ(best.take(), 2);
+}
+
+TEST(DetectScores, KeepBestTakesAnyStrictOrder) {
+  rd::KeepBest<char, double> lowest([](const double& a, const double& b) { return a < b; });
+  for (const auto& [c, bic] : {std::pair{'a', 3.0}, std::pair{'b', 1.0}, std::pair{'c', 1.0}, std::pair{'d', 2.0}}) {
+    lowest.offer(c, bic);
+  }
+  EXPECT_EQ(lowest.take(), 'b');
 }
 
 TEST(DetectKMeans, SplitsBlobsAndIsDeterministic) {

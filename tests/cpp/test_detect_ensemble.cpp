@@ -232,7 +232,7 @@ TEST(DetectWindow, FindsTheStragglerWithEveryAlgorithm) {
   EXPECT_EQ(r.anomaly_nodes, std::vector<std::int32_t>{1});
   EXPECT_EQ(r.anomalies[0].stages, (std::vector<std::string>{"forward", "backward", "optimizer", "communication"}));
   for (const auto& a : r.algorithms) EXPECT_EQ(a.slow_ranks, std::vector<std::int32_t>{13}) << rd::algorithm_name(a.algorithm);
-  // In the collective the straggler is the late arrival (invariant 7), not a slow link.
+  // In the collective the straggler is the late arrival (docs/ARCHITECTURE.md invariant 7), not a slow link.
   for (const auto& as : r.stages[3].algorithms) {
     EXPECT_EQ(as.late_ranks, std::vector<std::int32_t>{13});
     EXPECT_TRUE(as.slow_ranks.empty());

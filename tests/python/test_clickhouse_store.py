@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from conftest import ClickHouseServer, free_port, require_clickhouse
-from relax_straggler.monitor.clickhouse_store import ClickHouseStore
-from relax_straggler.monitor.store_base import STEP_METRIC, IterationTime, Sample, StoreError
+from relax_straggler.stores.clickhouse import ClickHouseStore
+from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, StoreError
 
 _databases = itertools.count()
 T0 = 1_790_000_000.0  # a fixed time, s since the epoch

@@ -1,5 +1,5 @@
 """The collective layer on 4 Gloo ranks: counts, results, lifecycle, errors, and the
-DDP masking of a rank slow inside backward (invariants 7 and 8)."""
+DDP masking of a rank slow inside backward (docs/ARCHITECTURE.md invariants 7 and 8)."""
 
 import json
 

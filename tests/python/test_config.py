@@ -78,3 +78,31 @@ def test_bad_flags_raise_value_error_naming_the_flag(argv, flag):
 def test_bad_fields_raise(field, value):
     with pytest.raises(ValueError, match="--straggler-" + field.replace("_", "-")):
         StragglerConfig(**{field: value})
+
+
+def test_every_field_has_exactly_one_flag_and_no_flag_is_extra():
+    parser = argparse.ArgumentParser()
+    group = add_arguments(parser)
+    actions = [a for a in group._group_actions]
+    assert all(len(a.option_strings) == 1 and a.option_strings[0].startswith("--straggler-") for a in actions)
+    dests = [a.dest for a in actions]
+    assert len(dests) == len(set(dests)) == len(StragglerConfig.__dataclass_fields__)
+    # Each dest is read back into its own field: flipping one flag's value changes exactly that field.
+    base = StragglerConfig()
+    for action in actions:
+        args = parser.parse_args([])
+        if action.const is not None:  # store_true / store_false
+            setattr(args, action.dest, action.const)
+        else:
+            setattr(args, action.dest, "changed" if action.type is str else action.type(7))
+        try:
+            changed = from_args(args)
+        except ValueError:  # "changed" is no valid ref / device-events / vote rule; the flag still reached its field
+            continue
+        assert sum(getattr(changed, f) != getattr(base, f) for f in StragglerConfig.__dataclass_fields__) == 1
+
+
+def test_no_flags_give_the_dataclass_defaults():
+    assert from_args(parse()) == StragglerConfig()
+    assert from_args(parse()).collective_timing is True
+    assert from_args(parse("--straggler-no-collective-timing")).collective_timing is False

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from relax_straggler.monitor.file_store import FileStore
-from relax_straggler.monitor.store_base import STEP_METRIC, Sample, StoreError
+from relax_straggler.stores.file import FileStore
+from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -79,8 +79,8 @@ def test_frame_without_index_line_is_indexed_again(tmp_path):
 def test_reader_in_another_process_never_sees_half_an_iteration(tmp_path):
     writer_code = textwrap.dedent(f"""
         import sys
-        from relax_straggler.monitor.file_store import FileStore
-        from relax_straggler.monitor.store_base import Sample
+        from relax_straggler.stores.file import FileStore
+        from relax_straggler.stores.base import Sample
         store = FileStore({str(tmp_path)!r})
         for it in range(200):
             store.write([Sample({T0} + it, "live", "interval-time", r, it, (100.0,)) for r in range(64)])
@@ -102,8 +102,8 @@ def test_reader_in_another_process_never_sees_half_an_iteration(tmp_path):
 def test_two_writer_processes_append_to_one_job(tmp_path):
     code = textwrap.dedent(f"""
         import sys
-        from relax_straggler.monitor.file_store import FileStore
-        from relax_straggler.monitor.store_base import Sample
+        from relax_straggler.stores.file import FileStore
+        from relax_straggler.stores.base import Sample
         store = FileStore({str(tmp_path)!r})
         first = int(sys.argv[1])
         for it in range(first, first + 50):

@@ -11,8 +11,8 @@ import pytest
 
 from relax_straggler.analysis import analyze, build_summary
 from relax_straggler.monitor.replay import recorded_steps, replay
-from relax_straggler.monitor.store import open_store
-from relax_straggler.monitor.store_base import Sample
+from relax_straggler.stores.opener import open_store
+from relax_straggler.stores.base import Sample
 from relax_straggler.readers import InputError, Problems, open_source
 from relax_straggler.readers.base import P2P_OPS
 from relax_straggler.readers.metrics_rows import RowConverter, StoreSource

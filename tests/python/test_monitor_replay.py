@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from relax_straggler.monitor.replay import Injection, Synthetic, inject, replay, step_table
-from relax_straggler.monitor.store import open_store
+from relax_straggler.stores.opener import open_store
 from relax_straggler.stages import STAGE_IDS
 
 REPO = Path(__file__).resolve().parents[2]

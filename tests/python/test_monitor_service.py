@@ -12,10 +12,10 @@ import pytest
 
 from relax_straggler.monitor.replay import Injection, Synthetic, replay
 from relax_straggler.monitor.service import Monitor, MonitorConfig
-from relax_straggler.monitor.store import open_store
-from relax_straggler.monitor.store_base import STEP_METRIC, Sample
+from relax_straggler.stores.opener import open_store
+from relax_straggler.stores.base import STEP_METRIC, Sample
 from relax_straggler.monitor.trigger import TriggerConfig
-from relax_straggler.readers.base import Topology
+from relax_straggler.topology import Topology
 
 from conftest import wait_for
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from relax_straggler.monitor.store_base import IterationTime
+from relax_straggler.stores.base import IterationTime
 from relax_straggler.monitor.trigger import (ACTIVE, DETECTED, HANGING, PREDICTING, SLOWDOWN, JobDetector,
-                                             TriggerConfig, Window)
+                                             TriggerConfig, IterationRange)
 
 CFG = TriggerConfig(history_size=5, slowdown_threshold=0.25, hang_threshold_s=60.0)
 
@@ -39,7 +39,7 @@ def test_five_slow_iterations_trigger_exactly_that_window():
     feed(det, [100] * 40, 0)
     statuses, windows = feed(det, [140] * 5, 40)
     assert statuses == [SLOWDOWN] * 4 + [PREDICTING]
-    assert windows == [Window(40, 44)]
+    assert windows == [IterationRange(40, 44)]
     assert det.slow_iterations == 5
     statuses, windows = feed(det, [140] * 7, 45)  # still slow while predicting: no second window
     assert windows == [] and set(statuses) == {PREDICTING}
@@ -53,7 +53,7 @@ def test_growth_at_the_threshold_is_not_slow():
     statuses, windows = feed(det, [125] * 10, 10)  # growth exactly 0.25: not > 0.25
     assert set(statuses) == {ACTIVE} and windows == []
     statuses, windows = feed(det, [126] * 5, 20)
-    assert windows == [Window(20, 24)]
+    assert windows == [IterationRange(20, 24)]
 
 
 def test_a_normal_iteration_breaks_the_streak():
@@ -90,14 +90,14 @@ def test_detected_returns_to_active_after_history_size_normal_iterations():
     det = JobDetector(CFG, registered_at=0.0)
     feed(det, [100] * 10, 0)
     _, windows = feed(det, [200] * 5, 10)
-    assert windows == [Window(10, 14)]
+    assert windows == [IterationRange(10, 14)]
     det.analysis_finished()
     statuses, windows = feed(det, [200] * 10, 15)  # the slowdown goes on: answered already
     assert set(statuses) == {DETECTED} and windows == []
     statuses, _ = feed(det, [100] * 5, 25)
     assert statuses == [DETECTED] * 4 + [ACTIVE]
     _, windows = feed(det, [200] * 5, 30)  # a new slowdown: a new analysis
-    assert windows == [Window(30, 34)]
+    assert windows == [IterationRange(30, 34)]
 
 
 def test_failed_analysis_needs_a_new_streak():
@@ -107,7 +107,7 @@ def test_failed_analysis_needs_a_new_streak():
     det.analysis_failed()
     assert det.status(0.0) == ACTIVE
     statuses, windows = feed(det, [200] * 5, 15)
-    assert statuses[0] == SLOWDOWN and windows == [Window(15, 19)]
+    assert statuses[0] == SLOWDOWN and windows == [IterationRange(15, 19)]
 
 
 def test_hang_after_the_threshold_and_back_on_progress():
@@ -136,7 +136,7 @@ def test_predicting_outranks_hanging_and_hanging_outranks_detected():
 def test_batch_of_iterations_in_one_poll():
     det = JobDetector(CFG, registered_at=0.0)
     window = det.observe(its([100] * 40 + [150] * 5 + [100] * 3), now=5.0)
-    assert window == Window(40, 44)
+    assert window == IterationRange(40, 44)
     assert det.status(5.0) == PREDICTING
     assert det.iteration_count == 48 and det.last_iteration == 47
 

@@ -1,4 +1,4 @@
-"""No synchronize inside a step, nothing at all on non-sampled steps (invariants 2-4),
+"""No synchronize inside a step, nothing at all on non-sampled steps (docs/ARCHITECTURE.md invariants 2-4),
 counted rather than assumed.
 
 The stage timer counts its read points (end_step reads of a sampled step: on CUDA the one

@@ -1,4 +1,4 @@
-"""The A/B loss-parity harness (invariant 6): it passes on the demo under DDP, and it
+"""The A/B loss-parity harness (docs/ARCHITECTURE.md invariant 6): it passes on the demo under DDP, and it
 catches the smallest change an analyzer could make (one ulp of one parameter) and a
 baseline that is not deterministic."""
 

@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from relax_straggler.readers import InputError, MinMaxStep, StepTimes, Topology, detect_format, open_source
+from relax_straggler.readers import InputError, MinMaxStep, StepTimes, detect_format, open_source
+from relax_straggler.topology import Topology
 from relax_straggler.stages import STAGE_IDS
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")

@@ -1,4 +1,4 @@
-"""The live store sink (relax_straggler/monitor/sink.py) against a real ClickHouse server."""
+"""The live store sink (relax_straggler/reporters/store_sink.py) against a real ClickHouse server."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 import relax_straggler
 from conftest import ClickHouseServer, free_port, require_clickhouse, wait_for
 from relax_straggler import StragglerConfig
-from relax_straggler.monitor.clickhouse_store import ClickHouseStore
-from relax_straggler.monitor.sink import StoreSink, report_rows, split_sink_url
-from relax_straggler.monitor.store_base import STEP_METRIC, table_to_samples
+from relax_straggler.stores.clickhouse import ClickHouseStore
+from relax_straggler.reporters.store_sink import StoreSink, report_rows
+from relax_straggler.stores.url import parse_writer_url
+from relax_straggler.stores.base import STEP_METRIC, table_to_samples
 from relax_straggler.readers.metrics_rows import StoreSource
 from relax_straggler.report import Report
 from relax_straggler.stages import STAGE_IDS
@@ -53,14 +54,15 @@ def test_report_rows_use_megatron_names_and_a_step_row_per_rank():
 
 
 def test_sink_url_and_flag_are_checked():
-    assert split_sink_url("clickhouse://h:1/db?job=run-7") == ("clickhouse://h:1/db", "run-7")
-    assert split_sink_url("file:///tmp/s") == ("file:///tmp/s", None)
+    assert (parse_writer_url("clickhouse://h:1/db?job=run-7").url, parse_writer_url("clickhouse://h:1/db?job=run-7").job) \
+        == ("clickhouse://h:1/db", "run-7")
+    assert (parse_writer_url("file:///tmp/s").url, parse_writer_url("file:///tmp/s").job) == ("file:///tmp/s", None)
     with pytest.raises(ValueError, match="unknown parameter"):
-        split_sink_url("clickhouse://h:1/db?jobs=x")
+        parse_writer_url("clickhouse://h:1/db?jobs=x")
     with pytest.raises(ValueError, match="--straggler-store"):
         StragglerConfig(enabled=True, store_url="http://h:1/")
     with pytest.raises(ValueError, match="'my run' cannot be registered with the monitor"):  # no API call reaches it
-        split_sink_url("file:///tmp/s?job=my%20run")
+        parse_writer_url("file:///tmp/s?job=my%20run")
 
 
 def test_training_writes_every_sampled_step_readable_by_the_analysis(ch_url):
@@ -99,7 +101,7 @@ def test_a_dead_store_never_reaches_training(caplog):
     model, optimizer = make()
     analyzer = relax_straggler.install(model, optimizer, config=StragglerConfig(
         enabled=True, interval=1, warmup_steps=0, store_url=f"{dead}?job=lost"))
-    with caplog.at_level(logging.WARNING, logger="relax_straggler.monitor.sink"):
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.reporters.store_sink"):
         losses = train(model, optimizer, analyzer, steps=5)
         wait_for(lambda: analyzer.counters()["store_failed_writes"] >= 1, what="a failed write")
         analyzer._store_sink.close(timeout_s=0.5)  # bounded: what cannot be written is dropped
@@ -115,7 +117,7 @@ def test_failures_are_buffered_bounded_counted_and_logged_rate_limited(caplog):
     rows_per_report = report_rows(fake_report(0), "j", 0.0, [""] * 4).num_rows
     sink = StoreSink(dead, "bounded", flush_interval_s=0.02, batch_rows=1, max_buffered_rows=3 * rows_per_report,
                      log_every_s=3600)
-    with caplog.at_level(logging.WARNING, logger="relax_straggler.monitor.sink"):
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.reporters.store_sink"):
         for step in range(10):
             sink(fake_report(step))  # never raises, never blocks on the store
         wait_for(lambda: sink.failed_writes >= 3, what="three failed writes")
@@ -161,7 +163,7 @@ def test_the_embedded_store_takes_the_same_rows(tmp_path):
         sink(fake_report(step, slow_rank=0))
     assert sink.flush(timeout_s=30)
     sink.close()
-    from relax_straggler.monitor.store import open_store
+    from relax_straggler.stores.opener import open_store
 
     store = open_store(f"file://{tmp_path}/store")
     try:

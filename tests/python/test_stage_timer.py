@@ -1,4 +1,4 @@
-"""The sampled stage timer: invariants 2 and 3 (events only on sampled steps, a bounded
+"""The sampled stage timer: docs/ARCHITECTURE.md invariants 2 and 3 (events only on sampled steps, a bounded
 reused pool, exactly one read point per sampled step and none otherwise)."""
 
 import math

@@ -1,4 +1,4 @@
-"""The Store contract (relax_straggler/monitor/store_base.py), run against every store of
+"""The Store contract (relax_straggler/stores/base.py), run against every store of
 tests/python/conftest.py (a store joins by adding its name to STORES there). Job ids
 are unique per test, so a shared server needs no cleanup.
 """
@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from relax_straggler.monitor.store import open_store
-from relax_straggler.monitor.store_base import STEP_METRIC, Sample, samples_to_table
+from relax_straggler.stores.opener import open_store
+from relax_straggler.stores.base import STEP_METRIC, Sample, samples_to_table
 
 
 

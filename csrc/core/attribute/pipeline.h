@@ -1,11 +1,11 @@
 // Pipeline send/recv cross-validation for one step (PP >= 2).
 //
-// A p2p duration includes waiting for the partner (invariant 7), so a long wait is a
+// A p2p duration includes waiting for the partner (docs/ARCHITECTURE.md invariant 7), so a long wait is a
 // symptom; the cause is found by asking the neighbours:
 //   abnormal:  t >= p2p_ratio x ref  and  t - ref >= max(abs_ms, min_impact x budget), where
 //              ref = the median of the same op over the dp replicas of the worker's pipeline
 //              stage when dp >= 3, else the smallest time of the op over all workers (the
-//              first-value rule of the seed). The replica median is preferred because a
+//              first-value rule of mt-detector). The replica median is preferred because a
 //              straggler's own pipeline runs in another regime: downstream stages wait on
 //              it, so its sends are atypically short and a global minimum would make every
 //              healthy replica's sends look abnormal (the what-if AR trace shows this);

@@ -36,8 +36,10 @@ const char* finding_kind_name(FindingKind kind) {
   return "unknown";
 }
 
-RunAttributor::RunAttributor(GridShape shape, std::vector<std::string> compute_stages, AttributionConfig config)
-    : shape_(shape), stages_(std::move(compute_stages)), config_(config) {
+RunAttributor::RunAttributor(GridShape shape, std::vector<std::string> compute_stages, AttributionConfig config,
+                             std::vector<std::string> collective_stages)
+    : shape_(shape), stages_(std::move(compute_stages)), collective_stages_(std::move(collective_stages)),
+      config_(config) {
   if (shape_.dp < 1 || shape_.pp < 1) {
     throw std::invalid_argument("grid shape must have dp >= 1 and pp >= 1, got dp " + std::to_string(shape_.dp) +
                                 ", pp " + std::to_string(shape_.pp));
@@ -47,6 +49,7 @@ RunAttributor::RunAttributor(GridShape shape, std::vector<std::string> compute_s
   const auto workers = static_cast<std::size_t>(shape_.workers());
   worker_waits_explained_.assign(workers, 0);
   series_.assign(workers * kNumP2pOps, SeriesState{});
+  late_arrivals_.assign(workers * collective_stages_.size(), 0);
 }
 
 void RunAttributor::count(Finding key, std::int64_t step, double ratio, double excess_ms) {
@@ -124,6 +127,12 @@ StepAttribution RunAttributor::add_step(const WorkerStep& step) {
     throw std::invalid_argument("step " + std::to_string(step.step) + (has_p2p ? " has" : " lacks") +
                                 " p2p times, unlike the steps before it");
   }
+  const std::size_t collectives = collective_stages_.size();
+  if (step.collective_ms.size() != static_cast<std::size_t>(shape_.workers()) * collectives) {
+    throw std::invalid_argument("step " + std::to_string(step.step) + ": collective_ms has " +
+                                std::to_string(step.collective_ms.size()) + " values, expected workers x " +
+                                std::to_string(collectives) + " collective stages");
+  }
   has_p2p_ = has_p2p;
   StepAttribution out;
   out.compute = classify_step(shape_, step, stages_.size(), config_);
@@ -143,6 +152,10 @@ StepAttribution RunAttributor::add_step(const WorkerStep& step) {
     if (slow) slow_steps_.push_back(step.step);
     fold_p2p(step, out.p2p, slow, fast);
   }
+  find_late_arrivals(shape_, step.collective_ms, collectives, out.compute.budget_ms, config_, scratch_, out.late);
+  for (const LateArrival& l : out.late) {
+    ++late_arrivals_[static_cast<std::size_t>(l.worker) * collectives + static_cast<std::size_t>(l.stage)];
+  }
   return out;
 }
 
@@ -151,6 +164,7 @@ RunAttribution RunAttributor::finish() const {
   out.steps = steps_;
   out.jumps = jumps_;
   out.slow_steps = slow_steps_;
+  out.late_arrivals = late_arrivals_;
   const double needed = config_.persistence * static_cast<double>(steps_);
   for (const Accum& a : accums_) {
     Finding f = a.finding;

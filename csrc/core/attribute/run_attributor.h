@@ -1,8 +1,9 @@
 // Attribution over a whole run: feeds steps one at a time (streaming; memory is
 // O(workers), never O(steps x workers)) and unions the per-step findings.
 //
-// Per step: classify_step (individual vs structural compute slowness) and
-// cross_validate_step (pipeline p2p). Over the run:
+// Per step: classify_step (individual vs structural compute slowness),
+// cross_validate_step (pipeline p2p) and find_late_arrivals (data-parallel collectives).
+// Over the run:
 //   - each finding counts the steps it held in; it is persistent when that is at least
 //     persistence x steps (a one-step blip is reported, as transient);
 //   - jumps: a worker's p2p time above jump_ratio x its previous value;
@@ -12,7 +13,7 @@
 //     apart): steps slower than slow_step_ratio x the rolling median step time are slow; a
 //     worker whose p2p mean over slow steps exceeds p2p_ratio x its mean over fast steps
 //     is reported (kP2pSlowSteps).
-// The design follows the seed's mt-detector (Megatron timers: first-value, jump and
+// The design follows mt-detector (Megatron timers: first-value, jump and
 // baseline checks, then send/recv cross-validation) restated on per-step worker grids.
 #pragma once
 
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "core/attribute/classify.h"
+#include "core/attribute/late_arrival.h"
 #include "core/attribute/pipeline.h"
 #include "core/attribute/worker_grid.h"
 
@@ -77,17 +79,22 @@ struct RunAttribution {
   std::vector<JumpEvent> jumps;   // in step order
   std::vector<BaselineOutlier> baseline_outliers;
   std::vector<std::int64_t> slow_steps;  // PP = 2 fallback only
+  // workers x collective stages, worker-major: steps in which the worker arrived last.
+  std::vector<std::int64_t> late_arrivals;
 };
 
 struct StepAttribution {
   StepClassification compute;
   P2pStepResult p2p;
+  std::vector<LateArrival> late;
 };
 
 class RunAttributor {
  public:
+  // collective_stages: the columns of WorkerStep::collective_ms (none: no late arrivals).
   // Throws std::invalid_argument on an invalid shape, stage list or config.
-  RunAttributor(GridShape shape, std::vector<std::string> compute_stages, AttributionConfig config);
+  RunAttributor(GridShape shape, std::vector<std::string> compute_stages, AttributionConfig config,
+                std::vector<std::string> collective_stages = {});
 
   // Judges one step and folds it into the run. Throws std::invalid_argument on sizes that
   // do not match the shape, or when p2p_ms is given for some steps and not others.
@@ -98,6 +105,7 @@ class RunAttributor {
 
   const GridShape& shape() const { return shape_; }
   const std::vector<std::string>& compute_stages() const { return stages_; }
+  const std::vector<std::string>& collective_stages() const { return collective_stages_; }
 
  private:
   struct Accum {
@@ -119,6 +127,7 @@ class RunAttributor {
 
   GridShape shape_;
   std::vector<std::string> stages_;
+  std::vector<std::string> collective_stages_;
   AttributionConfig config_;
   std::int64_t steps_ = 0;
   int has_p2p_ = -1;  // -1 unknown until the first step
@@ -130,6 +139,8 @@ class RunAttributor {
   std::vector<JumpEvent> jumps_;
   std::deque<double> recent_step_ms_;
   std::vector<std::int64_t> slow_steps_;
+  std::vector<std::int64_t> late_arrivals_;  // workers x collective stages
+  std::vector<double> scratch_;
 };
 
 }  // namespace relax_straggler::core::attribute

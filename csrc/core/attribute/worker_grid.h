@@ -45,6 +45,9 @@ struct WorkerStep {
   std::vector<double> compute_ms;
   // workers x kNumP2pOps in P2pOp order; empty when the input has no pipeline p2p times.
   std::vector<double> p2p_ms;
+  // workers x collective stages (named at the attributor), the worker's shortest rank
+  // (the rank that arrived last waits least); empty when the attributor has none.
+  std::vector<double> collective_ms;
   // Measured wall time of the step; NaN when the input does not say. Used as the budget
   // of the impact rule; when NaN the budget is the largest per-worker compute sum.
   double step_ms = std::numeric_limits<double>::quiet_NaN();
@@ -58,7 +61,7 @@ struct AttributionConfig {
   // Impact rule: an excess below min_impact x step budget cannot explain a slow job and is
   // not flagged (a 2x slower 20 ms optimizer in a 40 s step). Dimensionless, in [0, 1).
   double min_impact = 0.02;
-  // Pipeline p2p rules (issue 6): a p2p time above p2p_ratio x the smallest time of the
+  // Pipeline p2p rules: a p2p time above p2p_ratio x the smallest time of the
   // same op in the step is abnormal; a value above jump_ratio x the worker's previous value
   // is a jump; a worker whose mean exceeds baseline_ratio x the median worker mean of
   // that op is a baseline outlier.

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "core/detect/keep_best.h"
 #include "core/detect/scores.h"
 
 namespace relax_straggler::core::detect {
@@ -127,19 +128,13 @@ Labels agglomerative(const Eigen::MatrixXd& distances, const Weights& w, Linkage
 
 AgglomerativeResult agglomerative_auto(const PointMatrix& x, const Weights& w, const Eigen::MatrixXd& distances,
                                        std::int32_t clusters) {
-  AgglomerativeResult best;
-  PartitionScore best_score{};
-  bool have = false;
+  KeepBest<AgglomerativeResult> best;
   for (Linkage l : {Linkage::kWard, Linkage::kComplete, Linkage::kAverage, Linkage::kSingle}) {
     Labels labels = agglomerative(distances, w, l, clusters);
     const PartitionScore score = score_partition(x, w, labels, distances);
-    if (!have || better_partition(score, best_score)) {
-      best = {std::move(labels), l};
-      best_score = score;
-      have = true;
-    }
+    best.offer({std::move(labels), l}, score);
   }
-  return best;
+  return best.take();
 }
 
 }  // namespace relax_straggler::core::detect

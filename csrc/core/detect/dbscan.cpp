@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/detect/keep_best.h"
 #include "core/detect/scores.h"
 
 namespace relax_straggler::core::detect {
@@ -64,20 +65,14 @@ DbscanResult dbscan_auto(const PointMatrix& x, const Weights& w, const Eigen::Ma
                          const DbscanOptions& options) {
   const double min_samples = std::max(1.0, std::min(options.min_samples, 0.5 * w.sum()));
   const double knee = knee_eps(k_distances(distances, w, {min_samples}).col(0));
-  DbscanResult best;
-  PartitionScore best_score{};
-  bool have = false;
+  KeepBest<DbscanResult> best;
   for (double scale : options.eps_scales) {
     const double eps = knee * scale;
     Labels labels = dbscan(distances, w, eps, min_samples);
     const PartitionScore score = score_partition(x, w, labels, distances);
-    if (!have || better_partition(score, best_score)) {
-      best = {std::move(labels), eps};
-      best_score = score;
-      have = true;
-    }
+    best.offer({std::move(labels), eps}, score);
   }
-  return best;
+  return best.take();
 }
 
 }  // namespace relax_straggler::core::detect

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "core/detect/keep_best.h"
 #include "core/detect/kmeans.h"
 #include "core/detect/rng.h"
 #include "core/detect/scores.h"
@@ -68,19 +69,13 @@ FcmResult fuzzy_cmeans(const PointMatrix& x, const Weights& w, double fuzzifier,
 
 FcmResult fuzzy_cmeans_auto(const PointMatrix& x, const Weights& w, const Eigen::MatrixXd& distances,
                             const FcmOptions& options) {
-  FcmResult best;
-  PartitionScore best_score{};
-  bool have = false;
+  KeepBest<FcmResult> best;
   for (double m : options.fuzzifiers) {
     FcmResult r = fuzzy_cmeans(x, w, m, options);
     const PartitionScore score = score_partition(x, w, r.labels, distances);
-    if (!have || better_partition(score, best_score)) {
-      best = std::move(r);
-      best_score = score;
-      have = true;
-    }
+    best.offer(std::move(r), score);
   }
-  return best;
+  return best.take();
 }
 
 }  // namespace relax_straggler::core::detect

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/detect/keep_best.h"
 #include "core/detect/kmeans.h"
 
 namespace relax_straggler::core::detect {
@@ -159,17 +160,13 @@ GmmResult gaussian_mixture(const PointMatrix& x, const Weights& w, Covariance co
 }
 
 GmmResult gaussian_mixture_auto(const PointMatrix& x, const Weights& w, const GmmOptions& options) {
-  GmmResult best;
-  best.bic = std::numeric_limits<double>::infinity();
-  bool have = false;
+  KeepBest<GmmResult, double> best([](const double& a, const double& b) { return a < b; });  // lower BIC wins
   for (Covariance c : {Covariance::kFull, Covariance::kTied, Covariance::kDiag, Covariance::kSpherical}) {
     GmmResult r = gaussian_mixture(x, w, c, options);
-    if (!have || r.bic < best.bic) {
-      best = std::move(r);
-      have = true;
-    }
+    const double bic = r.bic;
+    best.offer(std::move(r), bic);
   }
-  return best;
+  return best.take();
 }
 
 }  // namespace relax_straggler::core::detect

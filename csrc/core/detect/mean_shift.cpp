@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "core/detect/keep_best.h"
 #include "core/detect/kmeans.h"
 #include "core/detect/scores.h"
 
@@ -102,9 +103,7 @@ MeanShiftResult mean_shift(const PointMatrix& x, const Weights& w, double bandwi
 
 MeanShiftResult mean_shift_auto(const PointMatrix& x, const Weights& w, const Eigen::MatrixXd& distances,
                                 const MeanShiftOptions& options) {
-  MeanShiftResult best;
-  PartitionScore best_score{};
-  bool have = false;
+  KeepBest<MeanShiftResult> best;
   for (double bandwidth : estimate_bandwidths(distances, w, options.quantiles)) {
     if (!(bandwidth > 0.0)) continue;  // coincident points: no scale to search at
     MeanShiftResult r = mean_shift(x, w, bandwidth, options.bin_seeding, options.max_iter);
@@ -120,17 +119,15 @@ MeanShiftResult mean_shift_auto(const PointMatrix& x, const Weights& w, const Ei
       for (auto& l : r.labels) l = groups.labels[static_cast<std::size_t>(l)];
     }
     const PartitionScore score = score_partition(x, w, r.labels, distances);
-    if (!have || better_partition(score, best_score)) {
-      best = std::move(r);
-      best_score = score;
-      have = true;
-    }
+    best.offer(std::move(r), score);
   }
-  if (!have) {
-    best.labels.assign(static_cast<std::size_t>(x.rows()), 0);
-    best.modes = (w.transpose() * x) / w.sum();
+  if (!best.has_value()) {  // no usable bandwidth: one cluster at the weighted mean
+    MeanShiftResult one;
+    one.labels.assign(static_cast<std::size_t>(x.rows()), 0);
+    one.modes = (w.transpose() * x) / w.sum();
+    return one;
   }
-  return best;
+  return best.take();
 }
 
 }  // namespace relax_straggler::core::detect

@@ -11,7 +11,7 @@
 // A slow link also rests on this one stage (no vote across stages backs it), so it must
 // stand out from the body's own spread as well: mean and minimum at least link_min_z
 // robust standard deviations (1.4826 MAD over the body's ranks) above the body's median.
-// The late-arrival rule is invariant 7: collective durations include waiting for peers,
+// The late-arrival rule is docs/ARCHITECTURE.md invariant 7: collective durations include waiting for peers,
 // so the rank that arrives last has the SHORTEST duration and is the one to blame. For a
 // two-cluster partition this is "slow = the cluster with the highest mean" (lowest, for
 // late arrival in communication), restricted to a minority that is materially slower.

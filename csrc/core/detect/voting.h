@@ -9,7 +9,7 @@
 // second bound keeps a rank that is odd in one noisy stage, after the filters dropped
 // the calm ones, from being called slow.
 // Across algorithms: votes(r) = number of algorithms that call r slow. The anomaly ranks
-// are those with the most votes (kMostVotes, the seed detector's max-vote rule) or those
+// are those with the most votes (kMostVotes, mt-detector's max-vote rule) or those
 // with at least min_votes (kAtLeast); none when the top count is below min_votes.
 #pragma once
 

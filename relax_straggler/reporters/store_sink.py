@@ -3,7 +3,7 @@
 A reporter (relax_straggler.reporters.pipeline.Sink) on the metrics rank. The report thread
 only converts a report to rows and appends them to a bounded buffer; a writer thread of its
 own sends them in batches, so a slow or dead store never holds up the report thread, let
-alone training (invariant 5). When the store fails, rows stay buffered and are sent again
+alone training (docs/ARCHITECTURE.md invariant 5). When the store fails, rows stay buffered and are sent again
 once it answers; when the buffer is full the oldest reports' rows are dropped. Every failed
 write and dropped row is counted (StoreSink.counters) and logged at most once per
 `log_every_s`.
@@ -13,7 +13,7 @@ Rows of one report (step s, timestamp = when the report was converted):
     metric_name                      value (ms, one per row)
     forward-compute, backward-compute, optimizer, batch-generator, all-grads-sync,
     grads-all-reduce, grads-reduce-scatter, params-all-gather
-                                     the stage of that Megatron timer (megatron_names.py)
+                                     the stage of that Megatron timer (megatron_timers.py)
     straggler/<stage>                a stage without a Megatron timer (attention, moe,
                                      communication/broadcast|alltoall|send|recv)
     interval-time                    the rank's timed step: the sum of its core stages
@@ -33,13 +33,13 @@ import threading
 import time
 from collections import deque
 from typing import Callable, Optional, Sequence
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
 
-from relax_straggler.monitor.store_base import SAMPLE_SCHEMA, STEP_METRIC, Store, check_job_id, parse_store_url
-from relax_straggler.readers.megatron_names import stage_timer_name
+from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
+from relax_straggler.stores.url import parse_writer_url
+from relax_straggler.megatron_timers import stage_timer_name
 from relax_straggler.report import Report
 from relax_straggler.stages import CORE_STAGES
 
@@ -61,25 +61,6 @@ def default_nodes(world_size: int) -> list[str]:
     it (torchrun numbers ranks node by node), else "" (unknown)."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
     return [f"node-{r // local}" if local > 0 else "" for r in range(world_size)]
-
-
-def split_sink_url(url: str) -> tuple[str, Optional[str]]:
-    """(store URL, job id or None) of ``STORE_URL[?job=ID]``. Raises ValueError for a bad
-    store URL or query (a job id the monitor's API cannot serve included)."""
-    parts = urlsplit(url)
-    query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    unknown = sorted(set(query) - {"job"})
-    if unknown:
-        raise ValueError(f"store URL {url!r}: unknown parameter(s) {unknown}; only ?job=ID")
-    job = query.get("job", [None])[-1]
-    if job is not None:
-        try:
-            check_job_id(job)
-        except ValueError as exc:
-            raise ValueError(f"store URL {url!r}: {exc}") from None
-    store_url = urlunsplit(parts._replace(query=""))
-    parse_store_url(store_url)
-    return store_url, job
 
 
 def report_rows(report: Report, job: str, timestamp: float, nodes: Sequence[str], cluster: str = "") -> pa.Table:
@@ -123,7 +104,7 @@ class StoreSink:
     larger). flush_interval_s: the longest a row waits in the buffer while the store
     answers. max_buffered_rows: the bound of the buffer; beyond it the oldest reports are
     dropped (counted). log_every_s: at most one failure warning per this many s.
-    open_store: URL -> Store (relax_straggler.monitor.store.open_store by default).
+    open_store: URL -> Store (relax_straggler.stores.opener.open_store by default).
     Raises ValueError for a bad URL; a store that cannot be opened or written is retried
     by the writer thread (counted, logged), never raised.
     """
@@ -132,13 +113,13 @@ class StoreSink:
                  nodes: Optional[Sequence[str]] = None, batch_rows: int = 50_000, flush_interval_s: float = 1.0,
                  max_buffered_rows: int = 2_000_000, log_every_s: float = 60.0,
                  open_store: Optional[Callable[[str], Store]] = None) -> None:
-        store_url, url_job = split_sink_url(url)
+        parsed = parse_writer_url(url)
         if batch_rows < 1 or max_buffered_rows < 1 or flush_interval_s <= 0:
             raise ValueError("batch_rows and max_buffered_rows must be >= 1 and flush_interval_s > 0")
         if open_store is None:
-            from relax_straggler.monitor.store import open_store
-        self.url = store_url
-        self.job = job or url_job or default_job_id()
+            from relax_straggler.stores.opener import open_store
+        self.url = parsed.url
+        self.job = job or parsed.job or default_job_id()
         self.cluster = cluster
         self._given_nodes = list(nodes) if nodes is not None else []
         self._nodes: Optional[list[str]] = None

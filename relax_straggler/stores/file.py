@@ -43,8 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from relax_straggler.monitor.store_base import (SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError,
-                                                samples_to_table, table_to_samples)
+from relax_straggler.stores.base import (SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError,
+                                         samples_to_table, table_to_samples)
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class _Writer:
 
 
 class FileStore:
-    """The file store at `directory`. Implements store_base.Store.
+    """The file store at `directory`. Implements relax_straggler.stores.base.Store.
 
     create: make the directory when missing (else a missing one raises StoreError).
     problems: torn or corrupt frames found (messages naming the file and offset)."""

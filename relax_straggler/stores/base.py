@@ -1,7 +1,7 @@
 """The metrics store's row and interface, shared by the sink, ingest, replay and the monitor.
 
-One row is one Megatron timer of one rank at one iteration, in the seed's
-``megatron_metrics`` layout:
+One row is one Megatron timer of one rank at one iteration, in the
+``megatron_metrics`` layout Megatron timer stores use:
 
     timestamp  DateTime64 / float  s since the epoch, when the row was produced
     job        String              job id
@@ -14,7 +14,7 @@ One row is one Megatron timer of one rank at one iteration, in the seed's
     cluster    String              cluster name ('' when unknown)
     metric_values Array(Float64)   the timer's values, ms (one value per row in practice)
 
-Stores are opened from a URL by relax_straggler.monitor.store.open_store:
+Stores are opened from a URL by relax_straggler.stores.opener.open_store:
 ``file://DIR`` (embedded, the default) or ``clickhouse://HOST:PORT/DB`` (a ClickHouse server).
 """
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Protocol, Sequence
+from typing import Iterable, Iterator, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -147,24 +147,3 @@ class Store(Protocol):
 
     def close(self) -> None:
         ...
-
-
-def parse_store_url(url: str) -> tuple[str, str, Optional[int], str]:
-    """(scheme, host_or_dir, port, database) of a store URL. Raises ValueError naming the URL
-    (also for a ClickHouse database name that is not letters, digits and '_')."""
-    from urllib.parse import urlparse
-
-    parsed = urlparse(url)
-    if parsed.scheme == "file":
-        path = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
-        if not path:
-            raise ValueError(f"store URL {url!r}: file:// needs a directory, e.g. file:///var/lib/straggler")
-        return "file", path, None, ""
-    if parsed.scheme == "clickhouse":
-        if not parsed.hostname:
-            raise ValueError(f"store URL {url!r}: clickhouse:// needs a host, e.g. clickhouse://127.0.0.1:8123/default")
-        database = parsed.path.strip("/") or "default"
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database):  # it is spliced into the SQL
-            raise ValueError(f"store URL {url!r}: database {database!r} must be letters, digits and '_'")
-        return "clickhouse", parsed.hostname, parsed.port or 8123, database
-    raise ValueError(f"store URL {url!r}: scheme must be file:// or clickhouse://")

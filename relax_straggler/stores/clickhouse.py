@@ -11,7 +11,7 @@ Table (created with the database if absent):
     metric_values Array(Float64)   ms
     ENGINE = MergeTree PARTITION BY toYYYYMMDD(timestamp) ORDER BY (job, metric_name, rank, iteration)
 
-The seed's layout has ``timestamp DateTime64(3)``; DateTime64 only exists from ClickHouse 20.1
+The mt-detector layout has ``timestamp DateTime64(3)``; DateTime64 only exists from ClickHouse 20.1
 and the Debian server is 18.16, so the milliseconds are a column of their own.
 
 Why plain HTTP (httpx) and not clickhouse-connect: clickhouse-connect reads server settings
@@ -35,8 +35,8 @@ import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relax_straggler.monitor.store_base import (SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError,
-                                                parse_store_url, samples_to_table)
+from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
+from relax_straggler.stores.url import parse_store_url
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def _error_message(text: str) -> str:
 
 
 class ClickHouseStore:
-    """The Store protocol (relax_straggler.monitor.store_base) on a ClickHouse server.
+    """The Store protocol (relax_straggler.stores.base) on a ClickHouse server.
 
     url: ``clickhouse://HOST[:PORT][/DB]`` (PORT: HTTP port, default 8123; DB default
     'default'; a database name is letters, digits and '_'). Raises ValueError for a bad
@@ -176,13 +176,13 @@ class ClickHouseStore:
     """
 
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
-        scheme, host, port, database = parse_store_url(url)
-        if scheme != "clickhouse":
+        parsed = parse_store_url(url)
+        if parsed.scheme != "clickhouse":
             raise ValueError(f"store URL {url!r}: ClickHouseStore needs clickhouse://HOST:PORT/DB")
         self.url = url
-        self.database = database
-        self._table = f"`{database}`.`{TABLE}`"
-        self._http = httpx.Client(base_url=f"http://{host}:{port}", timeout=timeout_s)
+        self.database = parsed.database
+        self._table = f"`{parsed.database}`.`{TABLE}`"
+        self._http = httpx.Client(base_url=f"http://{parsed.location}:{parsed.port}", timeout=timeout_s)
         self._ready = False  # the table is known to exist
 
     # Store protocol ---------------------------------------------------------------------

@@ -1,0 +1,160 @@
+"""The offline analysis as typed values: what `build_analysis` (findings.py) concludes from
+a RunResult, read by the monitor, the terminal report and the JSON summary (summary.py).
+
+Times are ms per step; ratios are dimensionless (time / reference). Measured facts
+(ratios, excesses, counts, steps) and the inferred cause (`Anomaly.cause`, from its kind)
+are separate fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from relax_straggler.analysis.ensemble import EnsembleVotes
+
+
+@dataclass(frozen=True)
+class InputFacts:
+    """What was read. problems: {"total", "by_kind", "first"}; topology: {"dp", "pp", "tp",
+    "world_size", "ranks_per_node", "declared"} or None (min/max-only input); excluded_ops,
+    unknown_ops: op name -> records (trace inputs)."""
+
+    path: str
+    format: str
+    records: int
+    steps: int
+    min_max_steps: int
+    ranks: int
+    topology: Optional[dict[str, Any]]
+    median_step_ms: Optional[float]
+    per_token: bool
+    problems: dict[str, Any]
+    excluded_ops: dict[str, int]
+    unknown_ops: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """status: stragglers | imbalance | clean | inconclusive; reason (inconclusive input only):
+    rejected_input | too_few_steps; summary: one readable sentence."""
+
+    status: str
+    summary: str
+    reason: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StageDetail:
+    """One stage (or p2p op) of an anomaly: mean / max ratio and mean excess over the steps
+    it was flagged in."""
+
+    stage: str
+    mean_ratio: float
+    max_ratio: float
+    mean_excess_ms: float
+    steps_flagged: int
+    first_step: int
+    last_step: int
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    """One finding per worker (dp_rank, pp_rank), pipeline stage (structural: dp_rank None) or
+    link (pp_rank None). ranks: every rank of it by the topology; recorded_ranks: those in
+    the input; stages: compute stages or p2p ops; ratio / excess_ms: the largest mean over its
+    stages; cause: the kind's explanation (inferred); evidence: readable lines."""
+
+    kind: str
+    cause: str
+    dp_rank: Optional[int]
+    pp_rank: Optional[int]
+    ranks: tuple[int, ...]
+    recorded_ranks: tuple[int, ...]
+    nodes: tuple[int, ...]
+    stages: tuple[str, ...]
+    steps_flagged: int
+    steps_total: int
+    ratio: float
+    excess_ms: float
+    details: tuple[StageDetail, ...]
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Jump:
+    step: int
+    worker: str
+    op: str
+    ms: float
+    previous_ms: float
+
+
+@dataclass(frozen=True)
+class BaselineOutlier:
+    worker: str
+    ranks: tuple[int, ...]
+    op: str
+    mean_ms: float
+    baseline_ms: float
+    steps_abnormal: int
+    steps_explained: int
+
+
+@dataclass(frozen=True)
+class PipelineEvidence:
+    """jumps: how many; first_jumps: the first 20; slow_steps: the PP = 2 fallback's."""
+
+    jumps: int = 0
+    first_jumps: tuple[Jump, ...] = ()
+    baseline_outliers: tuple[BaselineOutlier, ...] = ()
+    slow_steps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class LateArrivalCount:
+    """A worker that arrived last at a collective stage in `steps` steps."""
+
+    worker: str
+    ranks: tuple[int, ...]
+    stage: str
+    steps: int
+
+
+@dataclass(frozen=True)
+class RankScore:
+    """score = 1 / compute_slowdown (0..1, lower is slower); compute_slowdown: the rank's
+    compute ms over its replicas' median, time-weighted over the compute stages; slowdown and
+    mean_ms per stage (finite values only)."""
+
+    rank: int
+    dp_rank: int
+    pp_rank: int
+    tp_rank: int
+    node: Optional[int]
+    score: float
+    compute_slowdown: float
+    slowdown: dict[str, float]
+    mean_ms: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The whole answer. anomalies: persistent findings, most steps first; transient: the
+    others; min_max: {"steps", "stages"} of min/max-only logs or None; limitations: what this
+    input cannot conclude."""
+
+    input: InputFacts
+    verdict: Verdict
+    anomalies: tuple[Anomaly, ...]
+    transient: tuple[Anomaly, ...]
+    pipeline: PipelineEvidence
+    late_arrivals: tuple[LateArrivalCount, ...]
+    per_rank: tuple[RankScore, ...]
+    ensemble: Optional[EnsembleVotes]
+    min_max: Optional[dict[str, Any]]
+    limitations: tuple[str, ...]
+
+    def rank_score(self, rank: int) -> Optional[RankScore]:
+        """The per-rank entry of `rank`, or None when the input did not record it."""
+        return next((r for r in self.per_rank if r.rank == rank), None)

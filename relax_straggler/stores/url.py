@@ -1,0 +1,109 @@
+"""Store URLs: the one parser (opener.open_store opens the store a URL names).
+
+    file://DIR                     FileStore, the embedded default (no server)
+    clickhouse://HOST[:PORT][/DB]  ClickHouseStore (a ClickHouse server over HTTP; PORT
+                                   default 8123, DB default 'default')
+
+A URL may carry a query whose parameters its user accepts: ``?job=ID`` (the live sink,
+ingest, replay) and ``&first=N&last=M`` (an analysis input's iteration range).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Collection, Optional
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from relax_straggler.stores.base import check_job_id
+
+QUERY_PARAMETERS = ("job", "first", "last")
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    """A parsed store URL.
+
+    url: the store's URL without its query; scheme: "file" or "clickhouse"; location: the
+    directory (file) or the host (clickhouse); port, database: ClickHouse's (None, "" for a
+    file store); job, first, last: the query's parameters, None when absent.
+    """
+
+    url: str
+    scheme: str
+    location: str
+    port: Optional[int]
+    database: str
+    job: Optional[str] = None
+    first: Optional[int] = None
+    last: Optional[int] = None
+
+
+def parse_store_url(url: str, accept: Collection[str] = ()) -> StoreURL:
+    """Parses `url`; `accept`: the query parameters allowed (a subset of QUERY_PARAMETERS).
+
+    Raises ValueError naming the URL and the part that is wrong: an unknown scheme, a file
+    URL without a directory, a ClickHouse URL without a host or with a database name other
+    than letters, digits and '_' (it is spliced into SQL), a malformed or unknown query
+    parameter, an iteration that is not an integer
+    >= 0 or a range whose first is after its last.
+    """
+    parts = urlsplit(url)
+    base = urlunsplit(parts._replace(query=""))
+    if parts.scheme == "file":
+        path = (parts.netloc + parts.path) if parts.netloc else parts.path
+        if not path:
+            raise ValueError(f"store URL {url!r}: file:// needs a directory, e.g. file:///var/lib/straggler")
+        scheme, location, port, database = "file", path, None, ""
+    elif parts.scheme == "clickhouse":
+        if not parts.hostname:
+            raise ValueError(f"store URL {url!r}: clickhouse:// needs a host, e.g. clickhouse://127.0.0.1:8123/default")
+        database = parts.path.strip("/") or "default"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", database):
+            raise ValueError(f"store URL {url!r}: database {database!r} must be letters, digits and '_'")
+        scheme, location, port = "clickhouse", parts.hostname, parts.port or 8123
+    else:
+        raise ValueError(f"store URL {url!r}: scheme must be file:// or clickhouse://")
+    query = _query(url, parts.query, accept)
+    first, last = (_iteration(url, name, query.get(name)) for name in ("first", "last"))
+    if first is not None and last is not None and first > last:
+        raise ValueError(f"store URL {url!r}: first ({first}) is after last ({last})")
+    return StoreURL(base, scheme, location, port, database, query.get("job"), first, last)
+
+
+def parse_writer_url(url: str) -> StoreURL:
+    """A writer's URL, ``STORE_URL[?job=ID]`` (the live sink, ingest, replay): the rows it
+    writes must be reachable through the monitor's API, so a job id must pass check_job_id.
+    Raises ValueError naming the URL."""
+    parsed = parse_store_url(url, accept=("job",))
+    if parsed.job is not None:
+        try:
+            check_job_id(parsed.job)
+        except ValueError as exc:
+            raise ValueError(f"store URL {url!r}: {exc}") from None
+    return parsed
+
+
+def _query(url: str, text: str, accept: Collection[str]) -> dict[str, str]:
+    """The last value of each query parameter; ValueError for a malformed or unknown one."""
+    expected = "&".join(f"{name}=..." for name in QUERY_PARAMETERS if name in accept) or "no query"
+    try:
+        query = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
+    except ValueError as exc:
+        raise ValueError(f"store URL {url!r}: malformed query ({exc}); expected {expected}") from None
+    unknown = sorted(set(query) - set(accept))
+    if unknown:
+        raise ValueError(f"store URL {url!r}: unknown parameter(s) {unknown}; expected {expected}")
+    return {name: values[-1] for name, values in query.items()}
+
+
+def _iteration(url: str, name: str, text: Optional[str]) -> Optional[int]:
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"store URL {url!r}: {name}={text!r} is not an iteration number") from None
+    if value < 0:
+        raise ValueError(f"store URL {url!r}: {name} must be >= 0, got {value}")
+    return value
