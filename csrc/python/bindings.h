@@ -11,5 +11,6 @@ void bind_core(pybind11::module_& m);       // statistics and per-step verdicts 
 void bind_detect(pybind11::module_& m);     // window detector: six clusterers and votes (submodule detect)
 void bind_attribute(pybind11::module_& m);  // offline attribution: RunAttributor (csrc/core/attribute)
 void bind_ingest(pybind11::module_& m);     // input scanners: TimerLogScanner (csrc/core/ingest)
+void bind_whatif(pybind11::module_& m);     // what-if slowdown simulator (submodule whatif, csrc/core/whatif)
 
 }  // namespace relax_straggler::python

@@ -8,4 +8,5 @@ PYBIND11_MODULE(_core, m) {
   relax_straggler::python::bind_detect(m);
   relax_straggler::python::bind_attribute(m);
   relax_straggler::python::bind_ingest(m);
+  relax_straggler::python::bind_whatif(m);
 }

@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest")
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest", "whatif")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,171 @@
+"""The what-if report: a typed result from the engine's replay, its JSON form and its
+terminal summary."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from relax_straggler import _ext
+from relax_straggler.whatif.loader import OpRecords, WhatIfInputError, load_op_records
+
+log = logging.getLogger(__name__)
+
+# Pipeline sends and recvs are attributed together per direction, as in the study.
+_OPTYPE_GROUP = {"forward-send": "forward-pp-comm", "forward-recv": "forward-pp-comm",
+                 "backward-send": "backward-pp-comm", "backward-recv": "backward-pp-comm"}
+
+
+@dataclass
+class GiveBack:
+    """Fixing a set of ops: mean step times (s) and the fraction of lost time returned."""
+
+    t_ori: float
+    t_ideal: float
+    t_rem: float
+    t_add: float
+    rem: float  # (t_ori - t_rem) / (t_ori - t_ideal): fraction of the lost time fixing the set gives back
+    add: float  # (t_add - t_ideal) / (t_ori - t_ideal): fraction the set alone adds to the ideal job
+
+    @classmethod
+    def of(cls, g) -> "GiveBack":
+        return cls(g.t_ori, g.t_ideal, g.t_rem, g.t_add, g.rem, g.add)
+
+
+@dataclass
+class WhatIfReport:
+    """Slowdown S (Eq. 1) and its attribution S_i (Eq. 2/4); step times in s; ids as recorded."""
+
+    slowdown: float
+    simulation_error: float  # mean measured / mean replayed step time
+    steps: list[int]
+    measured_step_s: list[float]
+    replayed_step_s: list[float]
+    ideal_step_s: list[float]
+    per_step: dict[int, float]  # step -> S_t
+    by_dp_rank: dict[int, float]
+    by_stage: dict[int, float]
+    by_optype: dict[str, float]
+    by_worker: dict[tuple[int, int], float]  # (dp_rank, stage) -> S_w
+    by_dp_rank_per_step: dict[int, dict[int, float]]
+    by_stage_per_step: dict[int, dict[int, float]]
+    by_optype_per_step: dict[int, dict[str, float]]
+    top_workers: list[tuple[int, int]]  # the M_W set, (dp_rank, stage)
+    m_w: GiveBack
+    m_s: GiveBack
+    seconds: float = 0.0
+    model: object = field(default=None, repr=False, compare=False)
+
+    def worker_score(self, dp_rank: int, stage: int) -> float:
+        """The heatmap score min(S_dp, S_stage) of one worker."""
+        return min(self.by_dp_rank[dp_rank], self.by_stage[stage])
+
+    def to_json(self) -> dict:
+        """JSON-ready dict; keys of the by_* objects are ids as strings ("dp/stage" for workers)."""
+        def num(x: float) -> Optional[float]:
+            return None if x is None or math.isnan(x) else float(x)
+
+        def obj(d: dict) -> dict:
+            return {str(k): num(v) for k, v in d.items()}
+
+        return {
+            "slowdown": num(self.slowdown),
+            "simulation_error": num(self.simulation_error),
+            "by_dp_rank": obj(self.by_dp_rank),
+            "by_stage": obj(self.by_stage),
+            "by_optype": obj(self.by_optype),
+            "by_worker": {f"{d}/{s}": num(v) for (d, s), v in self.by_worker.items()},
+            "per_step": obj(self.per_step),
+            "per_step_by_dp_rank": {str(k): obj(v) for k, v in self.by_dp_rank_per_step.items()},
+            "per_step_by_stage": {str(k): obj(v) for k, v in self.by_stage_per_step.items()},
+            "per_step_by_optype": {str(k): obj(v) for k, v in self.by_optype_per_step.items()},
+            "m_w": num(self.m_w.rem),
+            "m_s": num(self.m_s.rem),
+            "m_w_detail": {k: num(v) for k, v in vars(self.m_w).items()},
+            "m_s_detail": {k: num(v) for k, v in vars(self.m_s).items()},
+            "top_workers": [{"dp_rank": d, "stage": s} for d, s in self.top_workers],
+            "step_s": {str(st): {"measured": num(a), "replayed": num(b), "ideal": num(c)}
+                       for st, a, b, c in zip(self.steps, self.measured_step_s, self.replayed_step_s,
+                                              self.ideal_step_s)},
+            "seconds": self.seconds,
+        }
+
+    def summary_line(self) -> str:
+        """One sentence: S, the top worker's S_w and what fixing the M_W set gives back."""
+        line = f"the job runs {self.slowdown:.2f}x slower than without stragglers"
+        if self.top_workers:
+            d, s = self.top_workers[0]
+            alone = self.by_worker.get((d, s), self.worker_score(d, s))
+            who = "worker" if len(self.top_workers) == 1 else f"the top {len(self.top_workers)} workers, first"
+            line += f"; {who} dp {d} / pp {s} alone accounts for {alone:.2f}x"
+            if not math.isnan(self.m_w.rem):
+                line += f"; fixing it gives back {self.m_w.rem * 100:.0f} % of the lost time"
+        return line
+
+    def text(self) -> str:
+        """The terminal report."""
+        lines = [self.summary_line(),
+                 f"  replayed vs measured step time: simulation error {self.simulation_error:.3f} "
+                 f"(mean measured {_mean(self.measured_step_s):.3f} s, replayed {_mean(self.replayed_step_s):.3f} s, "
+                 f"ideal {_mean(self.ideal_step_s):.3f} s)",
+                 f"  stage imbalance M_S (fixing the last stage gives back): {self.m_s.rem * 100:.1f} %",
+                 "  by stage:    " + _top(self.by_stage),
+                 "  by dp_rank:  " + _top(self.by_dp_rank),
+                 "  by op type:  " + _top(self.by_optype)]
+        return "\n".join(lines)
+
+
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v) if v else float("nan")
+
+
+def _top(d: dict, n: int = 4) -> str:
+    items = sorted(d.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"{k}: {v:.3f}" for k, v in items) + (", ..." if len(d) > n else "")
+
+
+def analyze_records(rec: OpRecords, *, by_worker: bool = True, top_fraction: float = 0.03,
+                    threads: int = 0) -> WhatIfReport:
+    """Builds the engine model from the records and runs every analysis (S, S_i, M_W, M_S).
+    Raises WhatIfInputError when the records cannot be modelled (the message names the op)."""
+    t0 = time.perf_counter()
+    engine = _ext.core().whatif
+    try:
+        model = engine.WhatIfModel(rec.dp_rank, rec.stage, rec.step, rec.optype, rec.start, rec.duration,
+                                   rec.seq_id, rec.microbatch, rec.chunk, rec.optype_names)
+    except ValueError as e:
+        raise WhatIfInputError(str(e)) from None
+    groups: dict[str, int] = {}
+    optype_group = [groups.setdefault(_OPTYPE_GROUP.get(n, n), len(groups)) for n in rec.optype_names]
+    r = model.analyze(optype_group, top_fraction, by_worker, threads)
+    dps, steps, pp = list(model.dp_ranks), list(model.steps), model.pp
+    names = list(groups)
+    report = WhatIfReport(
+        slowdown=r.slowdown, simulation_error=r.simulation_error, steps=steps,
+        measured_step_s=list(r.measured_step_s), replayed_step_s=list(r.replayed_step_s),
+        ideal_step_s=list(r.ideal_step_s), per_step=dict(zip(steps, r.slowdown_per_step)),
+        by_dp_rank=dict(zip(dps, r.by_dp)), by_stage=dict(enumerate(r.by_stage)),
+        by_optype={names[g]: v for g, v in enumerate(r.by_group) if not math.isnan(v)},
+        by_worker={(dps[w // pp], w % pp): v for w, v in enumerate(r.by_worker)},
+        by_dp_rank_per_step={st: {dps[i]: r.by_dp_per_step[i][k] for i in range(len(dps))}
+                             for k, st in enumerate(steps)},
+        by_stage_per_step={st: {s: r.by_stage_per_step[s][k] for s in range(pp)} for k, st in enumerate(steps)},
+        by_optype_per_step={st: {names[g]: r.by_group_per_step[g][k] for g in range(len(names))
+                                 if r.by_group_per_step[g]} for k, st in enumerate(steps)},
+        top_workers=[(dps[w // pp], w % pp) for w in r.top_workers],
+        m_w=GiveBack.of(r.m_w), m_s=GiveBack.of(r.m_s), model=model)
+    report.seconds = time.perf_counter() - t0
+    log.debug("what-if analysis of %d ops took %.3f s", len(rec), report.seconds)
+    return report
+
+
+def run_whatif(path: str | Path, **kwargs) -> WhatIfReport:
+    """load_op_records + analyze_records."""
+    t0 = time.perf_counter()
+    report = analyze_records(load_op_records(path), **kwargs)
+    report.seconds = time.perf_counter() - t0
+    return report
