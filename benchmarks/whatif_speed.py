@@ -2,11 +2,15 @@
 optionally side by side with the study's own pandas analysis, and synthetic 1F1B jobs of
 1,024 and 16,384 workers (dp x pp) with 32 microbatches x 10 steps.
 
-    .venv/bin/python benchmarks/whatif_speed.py [--artifact DIR] [--skip-16k]
+    .venv/bin/python benchmarks/whatif_speed.py [--artifact DIR --artifact-python PY] [--skip-16k]
 
---artifact DIR: a checkout of the study's artifact with its requirements installed in the
-running interpreter; its analyzer/wia.py is run on the same traces as a subprocess and
-timed (it is not a dependency of this project). Peak memory is the process's max RSS.
+--artifact DIR: a copy of the study's artifact, run with --artifact-python (an interpreter
+with its requirements installed, default: this one) on the same traces, each script as a
+subprocess timed end to end: analyzer/wia.py (S, S_i), then compute_mw.py and
+compute_ms.py (M_W, M_S) on its result. Ours is timed the same way, as the
+`relax-straggler whatif PATH --format json` command (start-up, load, model, S, every S_i,
+by worker, M_W, M_S), and in process. The artifact is not a dependency of this project.
+Peak memory is the process's max RSS.
 """
 
 from __future__ import annotations
@@ -29,20 +33,40 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def traces(artifact: Path | None) -> None:
+def traces(artifact: Path | None, artifact_python: str) -> None:
+    cli = Path(sys.executable).with_name("relax-straggler")
     for name in ("ST", "AR"):
         path = DATA / f"trace-{name}.parquet"
         best = min(_timed(lambda: run_whatif(path)) for _ in range(3))
-        line = f"{name}: ours {best:.3f} s end to end (load + model + S, S_i, by worker, M_W, M_S)"
+        command = min(_timed(lambda: subprocess.run([str(cli), "whatif", str(path), "--format", "json"], check=True,
+                                                    capture_output=True)) for _ in range(3))
+        line = f"{name}: ours {command:.3f} s end to end as a command ({best:.3f} s in process)"
         if artifact:
-            with tempfile.TemporaryDirectory() as out:
-                t0 = time.perf_counter()
-                subprocess.run([sys.executable, "analyzer/wia.py", "--metadata", str(DATA / f"meta-{name}.yaml"),
-                                "--trace", str(path), "--dump-dir", out], cwd=artifact, check=True,
-                               capture_output=True)
-                theirs = time.perf_counter() - t0
-            line += f"; artifact wia.py {theirs:.2f} s (S and S_i only) -> {theirs / best:.0f}x"
+            theirs = _artifact(artifact, artifact_python, name)
+            total = sum(theirs.values())
+            parts = ", ".join(f"{k} {v:.2f} s" for k, v in theirs.items())
+            line += f"; artifact {total:.2f} s ({parts}) -> {total / command:.0f}x"
         print(line, flush=True)
+
+
+def _artifact(artifact: Path, python: str, name: str) -> dict[str, float]:
+    """Seconds of each artifact script on trace NAME, run as its own run_all.sh runs them."""
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {
+            "wia.py": ["analyzer/wia.py", "--metadata", str(DATA / f"meta-{name}.yaml"), "--trace",
+                       str(DATA / f"trace-{name}.parquet"), "--dump-dir", tmp, "--root", tmp],
+            "compute_mw.py": ["analyzer/compute_mw.py", "--trial", name, "--dump-dir", tmp, "--analysis-result",
+                              f"{tmp}/{name}.json", "--root", tmp],
+            "compute_ms.py": ["analyzer/compute_ms.py", "--trial", name, "--dump-dir", tmp, "--analysis-result",
+                              f"{tmp}/{name}.json", "--root", tmp],
+        }
+        for script, argv in runs.items():
+            t0 = time.perf_counter()
+            subprocess.run([python, *argv], cwd=artifact, check=True, capture_output=True,
+                           env={"PYTHONPATH": str(artifact), "PATH": "/usr/bin:/bin"})
+            out[script] = time.perf_counter() - t0
+    return out
 
 
 def _timed(fn) -> float:
@@ -68,10 +92,11 @@ def synthetic(dp: int, pp: int, by_worker: bool) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--artifact", type=Path, default=None)
+    ap.add_argument("--artifact", type=Path, default=None, help="a copy of the study's artifact")
+    ap.add_argument("--artifact-python", default=sys.executable, help="the interpreter for the artifact")
     ap.add_argument("--skip-16k", action="store_true")
     args = ap.parse_args()
-    traces(args.artifact)
+    traces(args.artifact, args.artifact_python)
     synthetic(128, 8, by_worker=True)
     if not args.skip_16k:
         synthetic(1024, 16, by_worker=False)

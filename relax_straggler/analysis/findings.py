@@ -38,8 +38,7 @@ class _Workers:
         return worker % self.topo.dp, worker // self.topo.dp
 
     def ranks(self, worker: int) -> list[int]:
-        d, p = self.coords(worker)
-        return [int(self.topo.rank_of(d, p, t)) for t in range(self.topo.tp)]
+        return self.topo.worker_ranks(*self.coords(worker))
 
     def recorded(self, worker: int) -> list[int]:
         return [r for r in self.ranks(worker) if self.seen[r]]
@@ -242,9 +241,7 @@ def _input(result: RunResult) -> InputFacts:
         path=src.path, format=src.format, records=src.records, steps=result.steps,
         min_max_steps=result.minmax.steps,
         ranks=int(result.seen_ranks.sum()),
-        topology=None if topo is None else {"dp": topo.dp, "pp": topo.pp, "tp": topo.tp,
-                                            "world_size": topo.world_size, "ranks_per_node": topo.ranks_per_node,
-                                            "declared": src.topology() is not None},
+        topology=None if topo is None else {**topo.facts(), "declared": src.topology() is not None},
         median_step_ms=float(np.median(result.step_ms)) if result.step_ms.size else None,
         per_token=result.per_token,
         problems={"total": src.problems.total, "by_kind": dict(src.problems.counts),

@@ -17,7 +17,9 @@ from relax_straggler.analysis.ensemble import EnsembleVotes
 @dataclass(frozen=True)
 class InputFacts:
     """What was read. problems: {"total", "by_kind", "first"}; topology: {"dp", "pp", "tp",
-    "world_size", "ranks_per_node", "declared"} or None (min/max-only input); excluded_ops,
+    "dsp", "vpp", "world_size", "ranks_per_node", "declared", "rank_order" (megatron: the
+    default rank formula; recorded: each rank placed by its records)} or None (min/max-only
+    input); excluded_ops,
     unknown_ops: op name -> records (trace inputs)."""
 
     path: str

@@ -12,7 +12,10 @@ output and the input of the terminal report and the heatmap.
                     slowdown and mean ms per stage,
      "ensemble":    the six-clusterer window detector's votes (--ensemble-steps), or null,
      "min_max":     stage spreads of min/max-only logs, or null,
-     "limitations": what this input cannot conclude}
+     "limitations": what this input cannot conclude,
+     "whatif":      (inputs with per-op records, added by whatif_summary) the what-if replay's
+                    slowdown S, top_worker {dp_rank, stage, score}, give_back (M_W), m_s,
+                    simulation_error, summary; or {"error": why it could not replay}}
 
 Times are ms per step. Each anomaly: kind, cause, dp_rank, pp_rank, ranks (every rank of the
 worker by the topology, with its tensor-parallel ranks), recorded_ranks (those in the
@@ -24,9 +27,10 @@ evidence (readable lines).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 from relax_straggler.analysis.engine import RunResult
+from relax_straggler.readers import OP_FORMATS, InputError, Source
 from relax_straggler.analysis.findings import build_analysis
 from relax_straggler.analysis.result import Analysis, RankScore, Verdict
 from relax_straggler.serialization import json_safe
@@ -76,3 +80,18 @@ def verdict_dict(v: Verdict) -> dict:
 def _rank(r: RankScore) -> dict:
     return {"rank": r.rank, "dp_rank": r.dp_rank, "pp_rank": r.pp_rank, "tp_rank": r.tp_rank, "node": r.node,
             "score": r.score, "compute_slowdown": r.compute_slowdown, "slowdown": r.slowdown, "mean_ms": r.mean_ms}
+
+
+def whatif_summary(source: Source) -> Optional[dict]:
+    """The what-if figures (relax_straggler.whatif, docs/WHATIF.md) of a source opened with
+    ops=True and read to its end; None when it has no per-op records. A trace the replay
+    cannot model gives {"error": message} instead of failing the analysis."""
+    if source.format not in OP_FORMATS:
+        return None
+    from relax_straggler.whatif import analyze_records
+    from relax_straggler.whatif.loader import records_of
+
+    try:
+        return analyze_records(records_of(source), by_worker=False).brief()
+    except InputError as exc:
+        return {"error": str(exc)}

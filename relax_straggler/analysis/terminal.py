@@ -32,8 +32,11 @@ def render(summary: dict, console: Console) -> None:
     """Prints the summary: input, verdict, anomalies with evidence, slowest ranks, limits."""
     inp, verdict = summary["input"], summary["verdict"]
     topo = inp["topology"]
-    layout = "-" if topo is None else (f"dp {topo['dp']} x pp {topo['pp']} x tp {topo['tp']} = {topo['world_size']}"
-                                       + ("" if topo["declared"] else " (no layout given)"))
+    layout = "-" if topo is None else (
+        f"dp {topo['dp']} x pp {topo['pp']} x tp {topo['tp']}" + (f" x dsp {topo['dsp']}" if topo["dsp"] > 1 else "")
+        + f" = {topo['world_size']}" + (f", vpp {topo['vpp']}" if topo["vpp"] > 1 else "")
+        + (", ranks placed by their records" if topo["rank_order"] == "recorded" else "")
+        + ("" if topo["declared"] else " (no layout given)"))
     head = Table.grid(padding=(0, 2))
     head.add_row("input", f"{inp['path']} ({inp['format']})")
     minmax = f", {inp['min_max_steps']} min/max" if inp["min_max_steps"] else ""
@@ -47,6 +50,11 @@ def render(summary: dict, console: Console) -> None:
         head.add_row("problems", f"[yellow]{problems['total']} skipped records ({kinds})[/]")
     console.print(Panel(head, title="relax-straggler analyze", expand=True))
     console.print(f"[{STATUS_STYLE[verdict['status']]}]{verdict['status'].upper()}[/]: {verdict['summary']}")
+    whatif = summary.get("whatif")
+    if whatif is not None:
+        console.print(f"what-if: {whatif['summary']} (M_S {whatif['m_s'] * 100:.0f} %, simulation error "
+                      f"{whatif['simulation_error']:.3f})" if "error" not in whatif
+                      else f"[dim]what-if: not replayed: {whatif['error']}[/]", highlight=False)
 
     if summary["anomalies"]:
         console.print(_anomaly_table("Anomalies", summary["anomalies"]))

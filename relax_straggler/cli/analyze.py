@@ -11,9 +11,11 @@ import json
 import sys
 
 from relax_straggler.analysis.config import AnalyzeConfig
+from relax_straggler.cli.inputs import FORMATS, add_input_arguments, topology_from_args
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args
+from relax_straggler.serialization import json_safe
 
-FORMATS = ("straggler-jsonl", "megatron-log", "chrome-trace", "parquet-trace")
+__all__ = ["FORMATS", "register", "run"]
 
 
 def register(subparsers) -> None:
@@ -22,32 +24,18 @@ def register(subparsers) -> None:
         description="Find straggler ranks in straggler.jsonl, Megatron timer logs, Chrome traces or per-op parquet "
                     "traces. See docs/ANALYZE.md.")
     p.add_argument("path", help="input file, or clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]")
-    io = p.add_argument_group("input")
-    io.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: detected)")
-    io.add_argument("--strict", action="store_true", help="stop at the first malformed record instead of skipping it")
-    io.add_argument("--meta", default=None, help="job metadata YAML (dp_size, pp_size, tp_size) for a trace; "
-                                                 "default: meta-NAME.yaml beside trace-NAME / timeline-NAME")
-    io.add_argument("--dp", type=int, default=None, help="data-parallel size (with --pp and --tp)")
-    io.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
-    io.add_argument("--tp", type=int, default=None, help="tensor-parallel size")
-    io.add_argument("--ranks-per-node", type=int, default=None, help="ranks per node, to name nodes")
+    add_input_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="text: terminal report; json: the JSON summary only, on stdout")
     out.add_argument("--json", dest="json_path", default=None, help="also write the JSON summary to this file")
     out.add_argument("--heatmap", default=None, help="write the rank x stage heatmap PNG to this file")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument("--no-whatif", action="store_true",
+                     help="skip the what-if replay of per-op traces (the summary's \"whatif\" figures)")
     th = p.add_argument_group("thresholds (AnalyzeConfig)")
     add_field_flags(th, AnalyzeConfig, metavar="N", show_default=True)
     p.set_defaults(run=run)
-
-
-def _topology(args):
-    from relax_straggler.topology import Topology
-
-    if args.dp is None and args.pp is None and args.tp is None:
-        return None
-    return Topology(*(1 if x is None else x for x in (args.dp, args.pp, args.tp)))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,14 +43,16 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from relax_straggler.analysis import analyze, build_summary, render
+    from relax_straggler.analysis.summary import whatif_summary
     from relax_straggler.readers import InputError, open_source
 
     err = Console(stderr=True)
     try:
         config = config_from_args(AnalyzeConfig, args)
         config.engine_config()
-        topology = _topology(args)
-        source = open_source(args.path, args.input_format, strict=args.strict, topology=topology, meta=args.meta)
+        topology = topology_from_args(args)
+        source = open_source(args.path, args.input_format, strict=args.strict, topology=topology, meta=args.meta,
+                             ops=not args.no_whatif)
         show = not args.no_progress and err.is_terminal and source.total_bytes > (16 << 20)
         with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
                       TimeRemainingColumn(), console=err, disable=not show, transient=True) as bar:
@@ -70,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
             result = analyze(source, config, ranks_per_node=args.ranks_per_node,
                              progress=lambda done, total: bar.update(task, completed=done))
         summary = build_summary(result)
+        whatif = None if args.no_whatif else whatif_summary(source)
+        if whatif is not None:
+            summary["whatif"] = json_safe(whatif)
     except InputError as exc:
         err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 1

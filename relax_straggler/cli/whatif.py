@@ -2,8 +2,12 @@
 what fixing a worker, stage or op type would give back, by replaying its per-op records
 (parquet op traces, Chrome traces, our per-op JSONL). See docs/WHATIF.md.
 
+The input is read as `analyze` reads it (cli/inputs.py, relax_straggler.readers): the same
+format detection and --input-format, --strict, --meta and --dp/--pp/--tp, and the same
+report of skipped records by file and row.
+
 Exit status: 0 the analysis ran; 1 the input cannot be replayed (the message names the
-file, row or op); 2 bad arguments.
+file, row or op) or --strict met a problem; 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -12,6 +16,10 @@ import argparse
 import json
 import sys
 
+from relax_straggler.cli.inputs import add_input_arguments, print_problems, topology_from_args
+
+INPUT_FORMATS = ("chrome-trace", "parquet-trace", "op-jsonl")
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -19,6 +27,7 @@ def register(subparsers) -> None:
         description="Replay per-op records with and without stragglers (OSDI'25 what-if analysis). "
                     "See docs/WHATIF.md.")
     p.add_argument("path", help="trace-NAME.parquet, a Chrome trace (.json / .json.gz) or per-op .jsonl")
+    add_input_arguments(p, INPUT_FORMATS)
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text: terminal report; json: the full result on stdout")
     p.add_argument("--heatmap", default=None, metavar="PNG", help="write the dp_rank x stage score heatmap")
@@ -30,26 +39,48 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relax_straggler.whatif import load_op_records
-    from relax_straggler.whatif.loader import WhatIfInputError
-    from relax_straggler.whatif.result import analyze_records
+    from rich.console import Console
 
+    from relax_straggler.readers import InputError
+    from relax_straggler.whatif import analyze_records, read_op_input
+
+    err = Console(stderr=True)
     try:
-        rec = load_op_records(args.path)
-        report = analyze_records(rec, by_worker=not args.no_by_worker, threads=args.threads)
-    except WhatIfInputError as e:
-        print(f"relax-straggler whatif: {e}", file=sys.stderr)
+        op_input = read_op_input(args.path, args.input_format, strict=args.strict, topology=topology_from_args(args),
+                                 meta=args.meta)
+        report = analyze_records(op_input.records, by_worker=not args.no_by_worker, threads=args.threads)
+    except InputError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 1
-    if args.heatmap or args.ideal_timeline:
-        from relax_straggler.whatif.render import write_heatmap, write_ideal_timeline
+    except OSError as exc:
+        err.print(f"[red]error:[/] cannot read {exc.filename or args.path}: {exc.strerror or exc}", highlight=False,
+                  soft_wrap=True)
+        return 1
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2
+    problems = None if op_input.source is None else op_input.source.problems
+    try:
+        if args.heatmap or args.ideal_timeline:
+            from relax_straggler.whatif.render import write_heatmap, write_ideal_timeline
 
-        if args.heatmap:
-            write_heatmap(report, args.heatmap)
-        if args.ideal_timeline:
-            write_ideal_timeline(report, rec.optype_names, args.ideal_timeline)
+            if args.heatmap:
+                write_heatmap(report, args.heatmap)
+            if args.ideal_timeline:
+                write_ideal_timeline(report, op_input.records.optype_names, args.ideal_timeline)
+    except OSError as exc:
+        err.print(f"[red]error:[/] cannot write {exc.filename}: {exc.strerror}", highlight=False, soft_wrap=True)
+        return 1
     if args.format == "json":
-        json.dump(report.to_json(), sys.stdout, indent=2)
+        out = report.to_json()
+        out["input"] = {"path": args.path, "format": "op-jsonl" if op_input.source is None else op_input.source.format,
+                        "ops": len(op_input.records),
+                        "problems": {"total": 0 if problems is None else problems.total,
+                                     "by_kind": {} if problems is None else dict(problems.counts),
+                                     "first": [] if problems is None else [str(x) for x in problems.kept[:20]]}}
+        json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(report.text())
+    print_problems(problems, err)
     return 0

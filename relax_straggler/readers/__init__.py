@@ -14,7 +14,9 @@ and, instead of a file, a job in a ClickHouse megatron_metrics table:
 ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
 
 A new format registers a class with the Source protocol's constructor
-``(path, problems, topology=None, meta=None)`` in READERS.
+``(path, problems, topology=None, meta=None)`` in READERS. The per-op trace readers also
+take ``ops=True`` and then keep their valid ops for the what-if simulator
+(``source.op_records()``, readers/op_records.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Optional
 from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Problem, Problems, Source, Step, StepTimes
 from relax_straggler.readers.chrome_trace import ChromeTraceReader
 from relax_straggler.readers.megatron_log import MegatronLogReader
+from relax_straggler.readers.op_records import OpRecords
 from relax_straggler.readers.parquet_trace import ParquetTraceReader
 from relax_straggler.readers.straggler_jsonl import StragglerJsonlReader
 
@@ -35,7 +38,11 @@ READERS = {
     ParquetTraceReader.format: ParquetTraceReader,
 }
 
-__all__ = ["P2P_OPS", "READERS", "InputError", "MinMaxStep", "Problem", "Problems", "Source", "Step", "StepTimes",
+# Formats with per-op records (start, duration, step, seq_id per op): what-if input.
+OP_FORMATS = (ChromeTraceReader.format, ParquetTraceReader.format)
+
+__all__ = ["OP_FORMATS", "OpRecords", "P2P_OPS", "READERS",
+           "InputError", "MinMaxStep", "Problem", "Problems", "Source", "Step", "StepTimes",
            "detect_format", "open_source"]
 
 
@@ -63,9 +70,10 @@ def detect_format(path: str) -> str:
 
 
 def open_source(path: str, format: Optional[str] = None, strict: bool = False, topology: Optional[Topology] = None,
-                meta: Optional[str] = None) -> Source:
+                meta: Optional[str] = None, ops: bool = False) -> Source:
     """Opens `path` with the reader for `format` (detected when None), or the ClickHouse
     input ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
+    ops: keep the per-op records where the format has them (OP_FORMATS; others ignore it).
     Raises InputError for a missing file, an unknown format, or a header the reader rejects."""
     if path.startswith("clickhouse://"):
         if format is not None or meta is not None:
@@ -80,4 +88,7 @@ def open_source(path: str, format: Optional[str] = None, strict: bool = False, t
     fmt = format or detect_format(path)
     if fmt not in READERS:
         raise InputError(f"{path}: unknown format {fmt!r}; formats: {', '.join(READERS)}")
-    return READERS[fmt](path, Problems(path, strict=strict), topology=topology, meta=meta)
+    problems = Problems(path, strict=strict)
+    if ops and fmt in OP_FORMATS:
+        return READERS[fmt](path, problems, topology=topology, meta=meta, ops=True)
+    return READERS[fmt](path, problems, topology=topology, meta=meta)

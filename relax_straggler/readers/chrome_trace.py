@@ -4,8 +4,10 @@ timeline-*.json.gz, or any trace in that layout).
 Layout: complete events ``{"ph": "X", "name": <timer>, "pid": <dp_rank>, "tid": <lane>,
 "ts": <us>, "dur": <us>, "args": {"step": ...}}``; each lane is named by a metadata event
 ``{"ph": "M", "name": "thread_name", "args": {"name": "PP rank P, TP rank T, <kind>"}}``,
-which may come before or after the lane's events. The rank of an event is
-topology.rank_of(dp=pid, pp=P, tp=T).
+which may come before or after the lane's events; a context / sequence-data parallel
+lane adds "DSP rank C" (or "CP rank C"). The worker of an event is (dp_rank = pid, stage
+= P) as recorded; its rank is topology.rank_of(pid, P, T + tp x C). args.model_chunk (a
+virtual pipeline's chunk) is part of the duplicate key.
 
 The file (plain or gzip) is parsed incrementally, one event at a time, with the standard
 library's JSON decoder over a sliding text window, and events are summed per lane as they
@@ -27,7 +29,8 @@ from typing import Iterator, Optional
 import numpy as np
 
 from relax_straggler.readers.base import InputError, Problems, StepTimes
-from relax_straggler.topology import Topology
+from relax_straggler.readers.op_records import OpCollector, OpRecords
+from relax_straggler.topology import Topology, make_layout
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 
@@ -36,6 +39,7 @@ BATCH_EVENTS = 1 << 16
 MAX_EVENT_CHARS = 1 << 24  # an event that does not parse within this many characters is invalid JSON
 _LANE_BASE = 1 << 20  # lane key = pid x 2^20 + tid
 _LANE = re.compile(r"PP rank (\d+), TP rank (\d+)")
+_CP_LANE = re.compile(r"\b(?:DSP|CP) rank (\d+)")
 _WS = " \t\r\n"
 
 
@@ -164,9 +168,11 @@ class ChromeTraceReader:
     format = "chrome-trace"
 
     def __init__(self, path: str, problems: Problems, topology: Optional[Topology] = None,
-                 meta: Optional[str] = None) -> None:
+                 meta: Optional[str] = None, ops: bool = False) -> None:
         self.path = path
         self.problems = problems
+        self._ops = OpCollector() if ops else None
+        self._placement: dict[int, tuple[int, int, int]] = {}
         meta = meta or meta_path_for(path)
         self._topology = topology or (load_meta(meta) if meta else None)
         self._stream = _EventStream(path, problems)
@@ -181,8 +187,13 @@ class ChromeTraceReader:
     def topology(self) -> Optional[Topology]:
         return self._topology
 
+    def op_records(self) -> Optional[OpRecords]:
+        """The valid ops once steps() has been exhausted; None unless opened with ops=True."""
+        return None if self._ops is None else self._ops.records(self._placement)
+
     def steps(self) -> Iterator[StepTimes]:
-        lanes: dict[tuple[int, int], tuple[int, int]] = {}  # (pid, tid) -> (pp, tp)
+        lanes: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, tid) -> (pp, tp, cp)
+        self._op_lanes: set[int] = set()  # lanes with only excluded ops still place what-if ops
         acc, dups = StepAccumulator(), DuplicateFilter()
         batch: list[tuple] = []
         for line, index, ev in self._stream.events():
@@ -190,9 +201,11 @@ class ChromeTraceReader:
             ph = ev.get("ph")
             if ph == "M":
                 if ev.get("name") == "thread_name":
-                    m = _LANE.search(str((ev.get("args") or {}).get("name", "")))
+                    lane = str((ev.get("args") or {}).get("name", ""))
+                    m, cp = _LANE.search(lane), _CP_LANE.search(lane)
                     if m and isinstance(ev.get("pid"), int) and isinstance(ev.get("tid"), int):
-                        lanes[(ev["pid"], ev["tid"])] = (int(m.group(1)), int(m.group(2)))
+                        lanes[(ev["pid"], ev["tid"])] = (int(m.group(1)), int(m.group(2)),
+                                                         int(cp.group(1)) if cp else 0)
                 continue
             if ph != "X":
                 continue
@@ -205,7 +218,10 @@ class ChromeTraceReader:
         self._add(batch, acc, dups)
         if not acc.keys():
             raise InputError(f"{self.path}: no usable complete ('X') events")
-        yield from acc.steps(self.path, self._lane_ranks(acc.keys(), lanes))
+        summed = set(acc.keys())
+        ranks = self._lane_ranks(sorted(summed | self._op_lanes), lanes)
+        self._placement = {k: (k // _LANE_BASE, lanes[divmod(k, _LANE_BASE)][0], r) for k, r in ranks.items()}
+        yield from acc.steps(self.path, {k: r for k, r in ranks.items() if k in summed})
 
     def _row(self, line: int, index: int, ev: dict) -> Optional[tuple]:
         where = f"event #{index}"
@@ -225,26 +241,34 @@ class ChromeTraceReader:
             self.problems.report(line, f"{where} ({name}): ts and dur must be finite numbers >= 0 us", "bad_value")
             return None
         target = self.names.resolve(name, line)
-        if target is None:
+        if target is None and not self.names.known(name):
             return None
-        p2p = -1 if target.p2p is None else target.p2p
-        return pid * _LANE_BASE + tid, step, target.stage, p2p, float(ts), float(dur)
+        stage = -1 if target is None else target.stage
+        p2p = -1 if target is None or target.p2p is None else target.p2p
+        chunk, mb, seq = (_int_arg(args, k) for k in ("model_chunk", "mb_id", "seq_id"))
+        name_id = int(self._ops.name_ids([name])[0]) if self._ops is not None else -1
+        return pid * _LANE_BASE + tid, step, stage, p2p, float(ts), float(dur), chunk, mb, seq, name_id
 
     def _add(self, batch: list[tuple], acc: StepAccumulator, dups: DuplicateFilter) -> None:
         """Accumulates a batch of events per lane (ranks are known once every lane is named)."""
         if not batch:
             return
-        lane, step, stage, p2p, ts, dur, line = (np.array(c) for c in zip(*batch))
+        lane, step, stage, p2p, ts, dur, chunk, mb, seq, name_id, line = (np.array(c) for c in zip(*batch))
         ns = [np.clip(np.round(x * 1e3), -(2.0 ** 62), 2.0 ** 62).astype(np.int64) for x in (ts, dur)]
-        keys = row_keys(lane, step, stage, p2p, *ns)
+        keys = row_keys(lane, step, stage, p2p, chunk, *ns)
         dup = dups.seen_before(keys)
         for i in np.flatnonzero(dup).tolist():
             self.problems.report(int(line[i]), "duplicate event (same lane, step, op, ts and dur as an earlier one)",
                                  "duplicate")
-        keep = ~dup
+        keep = ~dup & (stage >= 0)
         acc.add(step[keep], lane[keep], stage[keep], p2p[keep], dur[keep] / 1e3, ts[keep] / 1e3)
+        if self._ops is not None:
+            keep = ~dup
+            self._op_lanes.update(np.unique(lane[keep]).tolist())
+            self._ops.add(lane[keep], step[keep], name_id[keep], ts[keep] * 1e-6, dur[keep] * 1e-6, seq[keep],
+                          mb[keep], chunk[keep])
 
-    def _lane_ranks(self, keys: list[int], lanes: dict[tuple[int, int], tuple[int, int]]) -> dict[int, int]:
+    def _lane_ranks(self, keys: list[int], lanes: dict[tuple[int, int], tuple[int, int, int]]) -> dict[int, int]:
         """Lane key -> global rank; lanes without a name or outside the topology are reported."""
         named = {k: lanes[divmod(k, _LANE_BASE)] for k in keys if divmod(k, _LANE_BASE) in lanes}
         for k in keys:
@@ -255,18 +279,26 @@ class ChromeTraceReader:
             raise InputError(f"{self.path}: no event lane is named 'PP rank P, TP rank T, ...' by a thread_name "
                              "metadata event, so no event can be placed on a rank")
         if self._topology is None:
-            self._topology = Topology(dp=max(k // _LANE_BASE for k in named) + 1,
-                                      pp=max(p for p, _ in named.values()) + 1,
-                                      tp=max(t for _, t in named.values()) + 1)
+            self._topology = make_layout(max(k // _LANE_BASE for k in named) + 1,
+                                         max(p for p, _, _ in named.values()) + 1,
+                                         max(t for _, t, _ in named.values()) + 1,
+                                         cp=max(c for _, _, c in named.values()) + 1)
         topo, out = self._topology, {}
-        for k, (pp, tp) in named.items():
+        for k, (pp, tp, cp) in named.items():
             dp = k // _LANE_BASE
-            if dp >= topo.dp or pp >= topo.pp or tp >= topo.tp:
-                self.problems.report(0, f"events of pid {dp} (PP rank {pp}, TP rank {tp}) are skipped: outside the "
-                                     f"topology dp {topo.dp} x pp {topo.pp} x tp {topo.tp}", "layout")
+            if dp >= topo.dp or pp >= topo.pp or tp >= topo.tp or cp >= topo.slots // topo.tp:
+                self.problems.report(0, f"events of pid {dp} (PP rank {pp}, TP rank {tp}, DSP rank {cp}) are "
+                                     f"skipped: outside the topology dp {topo.dp} x pp {topo.pp} x tp {topo.tp} x "
+                                     f"dsp {topo.slots // topo.tp}", "layout")
                 continue
-            out[k] = int(topo.rank_of(dp, pp, tp))
+            out[k] = int(topo.rank_of(dp, pp, tp + topo.tp * cp))
         if not out:
             raise InputError(f"{self.path}: every event lane is outside the topology dp {topo.dp} x pp {topo.pp} x "
-                             f"tp {topo.tp}")
+                             f"tp {topo.tp} x dsp {topo.slots // topo.tp}")
         return out
+
+
+def _int_arg(args: dict, key: str) -> int:
+    """An integer event argument, -1 when absent or null."""
+    v = args.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else -1

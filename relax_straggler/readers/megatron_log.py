@@ -10,8 +10,9 @@ before it; its values are per-iteration averages over the log interval, in ms.
   (docs/ANALYZE.md says what can and cannot be concluded).
 
 The parallel layout comes from Megatron's argument listing in the same log
-(tensor/pipeline_model_parallel_size, world_size) unless given by the caller; a
-context-parallel or virtual-pipeline run is reported as unsupported.
+(tensor/pipeline/context_parallel_size, virtual_pipeline_model_parallel_size,
+world_size) unless given by the caller; ranks are numbered in Megatron's default order
+(relax_straggler.topology), context-parallel ranks being further ranks of their worker.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, empty_stage_row
-from relax_straggler.topology import Topology
+from relax_straggler.topology import Topology, make_layout
 from relax_straggler.readers.op_trace import OpNames
 from relax_straggler.stages import STAGES
 
@@ -97,17 +98,16 @@ class MegatronLogReader:
             except ValueError:
                 raise InputError(f"{self.path}: argument {name} = {args[name]!r} is not an integer") from None
 
-        for unsupported in ("context_parallel_size", "virtual_pipeline_model_parallel_size"):
-            if args.get(unsupported, "None") not in ("None", "1"):
-                raise InputError(f"{self.path}: {unsupported} = {args[unsupported]} is not supported; "
-                                 "give --dp/--pp/--tp to analyze ranks as a flat group")
         tp, pp = size("tensor_model_parallel_size"), size("pipeline_model_parallel_size")
+        cp = size("context_parallel_size") if args.get("context_parallel_size", "None") != "None" else 1
+        vpp = (size("virtual_pipeline_model_parallel_size")
+               if args.get("virtual_pipeline_model_parallel_size", "None") != "None" else 1)
         if "world_size" not in args:
             return None
         world = size("world_size")
-        if world % (tp * pp):
-            raise InputError(f"{self.path}: world_size {world} is not a multiple of tp {tp} x pp {pp}")
-        return Topology(dp=world // (tp * pp), pp=pp, tp=tp)
+        if world % (tp * pp * cp):
+            raise InputError(f"{self.path}: world_size {world} is not a multiple of tp {tp} x pp {pp} x cp {cp}")
+        return make_layout(world // (tp * pp * cp), pp, tp, cp=cp, vpp=vpp)
 
     def _convert(self, block, ordinal: int) -> Optional[Step]:
         step = block.iteration

@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes
-from relax_straggler.topology import Topology
+from relax_straggler.topology import Topology, make_layout
 from relax_straggler.readers.megatron_names import TimerTarget, timer_target
 from relax_straggler.stages import STAGES
 
@@ -33,8 +33,9 @@ def meta_path_for(trace_path: str) -> Optional[str]:
 
 
 def load_meta(path: str) -> Topology:
-    """Topology from a what-if meta file (dp_size, pp_size, tp_size; vpp_size and
-    dsp_size must be 1, world_size must match). Raises InputError naming the file."""
+    """Topology from a what-if meta file: dp_size, pp_size, tp_size, and optionally
+    dsp_size (or cp_size: context / sequence-data parallel), vpp_size (model chunks per
+    stage) and world_size (must be dp x pp x tp x dsp). Raises InputError naming the file."""
     try:
         with open(path, encoding="utf-8") as f:
             meta = yaml.safe_load(f)
@@ -42,18 +43,19 @@ def load_meta(path: str) -> Topology:
         raise InputError(f"{path}: cannot read job metadata: {exc}") from None
     if not isinstance(meta, dict):
         raise InputError(f"{path}: job metadata must be a mapping, got {type(meta).__name__}")
+    if "dsp_size" in meta and "cp_size" in meta and meta["dsp_size"] != meta["cp_size"]:
+        raise InputError(f"{path}: dsp_size {meta['dsp_size']} and cp_size {meta['cp_size']} disagree")
     try:
         sizes = {k: int(meta[k]) for k in ("dp_size", "pp_size", "tp_size")}
-        extra = {k: int(meta.get(k, 1)) for k in ("vpp_size", "dsp_size")}
-        topology = Topology(dp=sizes["dp_size"], pp=sizes["pp_size"], tp=sizes["tp_size"])
+        cp = int(meta.get("dsp_size", meta.get("cp_size", 1)))
+        topology = make_layout(sizes["dp_size"], sizes["pp_size"], sizes["tp_size"], cp=cp,
+                               vpp=int(meta.get("vpp_size", 1)))
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{path}: job metadata needs integer dp_size, pp_size, tp_size: {exc}") from None
-    for key, value in extra.items():
-        if value != 1:
-            raise InputError(f"{path}: {key} = {value} is not supported (virtual pipeline and sequence "
-                             "parallel sizes must be 1)")
-    if "world_size" in meta and int(meta["world_size"]) != topology.world_size:
-        raise InputError(f"{path}: world_size {meta['world_size']} != dp x pp x tp = {topology.world_size}")
+        raise InputError(f"{path}: job metadata needs integer dp_size, pp_size, tp_size (and dsp_size, vpp_size "
+                         f">= 1 when given): {exc}") from None
+    if "world_size" in meta and int(meta["world_size"]) != topology.dp * topology.pp * topology.slots:
+        raise InputError(f"{path}: world_size {meta['world_size']} != dp x pp x tp x dsp = "
+                         f"{topology.dp * topology.pp * topology.slots}")
     return topology
 
 
@@ -66,6 +68,10 @@ class OpNames:
         self._cache: dict[str, Optional[TimerTarget]] = {}
         self.excluded: dict[str, int] = {}
         self.unknown: dict[str, int] = {}
+
+    def known(self, name: str) -> bool:
+        """Whether a name already resolved is a Megatron timer name (excluded ones included)."""
+        return self._cache.get(name) is not None
 
     def resolve(self, name: str, line: int, rows: int = 1) -> Optional[TimerTarget]:
         """The target, or None for an excluded or unknown name (counted)."""

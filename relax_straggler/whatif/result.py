@@ -106,6 +106,17 @@ class WhatIfReport:
                 line += f"; fixing it gives back {self.m_w.rem * 100:.0f} % of the lost time"
         return line
 
+    def brief(self) -> dict:
+        """The figures `analyze` adds to its summary: slowdown S, the top worker (dp_rank,
+        stage) and its S_w, give_back (M_W: fraction of the lost time fixing the top
+        workers returns), m_s, simulation_error and the one-sentence summary."""
+        top = self.top_workers[0] if self.top_workers else None
+        num = lambda x: None if x is None or math.isnan(x) else float(x)  # noqa: E731
+        return {"slowdown": num(self.slowdown), "simulation_error": num(self.simulation_error),
+                "top_worker": None if top is None else {"dp_rank": top[0], "stage": top[1],
+                                                        "score": num(self.worker_score(*top))},
+                "give_back": num(self.m_w.rem), "m_s": num(self.m_s.rem), "summary": self.summary_line()}
+
     def text(self) -> str:
         """The terminal report."""
         lines = [self.summary_line(),
@@ -164,7 +175,7 @@ def analyze_records(rec: OpRecords, *, by_worker: bool = True, top_fraction: flo
 
 
 def run_whatif(path: str | Path, **kwargs) -> WhatIfReport:
-    """load_op_records + analyze_records."""
+    """load_op_records (format detected) + analyze_records(**kwargs)."""
     t0 = time.perf_counter()
     report = analyze_records(load_op_records(path), **kwargs)
     report.seconds = time.perf_counter() - t0

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from relax_straggler.readers import InputError, MinMaxStep, StepTimes, detect_format, open_source
-from relax_straggler.topology import Topology
+from relax_straggler.topology import Layout, Topology
 from relax_straggler.stages import STAGE_IDS
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -296,7 +296,9 @@ def test_meta_beside_the_trace_is_used_and_checked(tmp_path):
     (tmp_path / "meta-m.yaml").write_text("dp_size: 2\npp_size: 2\ntp_size: 1\nvpp_size: 1\nworld_size: 4\n")
     assert open_source(str(path)).topology() == Topology(dp=2, pp=2, tp=1)
     (tmp_path / "meta-m.yaml").write_text("dp_size: 2\npp_size: 2\ntp_size: 1\nvpp_size: 2\n")
-    with pytest.raises(InputError, match="vpp_size = 2 is not supported"):
+    assert open_source(str(path)).topology() == Layout(dp=2, pp=2, tp=1, vpp=2)
+    (tmp_path / "meta-m.yaml").write_text("dp_size: 2\npp_size: 2\ntp_size: 1\ndsp_size: 2\nworld_size: 4\n")
+    with pytest.raises(InputError, match="world_size 4 != dp x pp x tp x dsp = 8"):
         open_source(str(path))
 
 

@@ -1,0 +1,51 @@
+"""The input options and the problems report shared by `relax-straggler analyze` and
+`relax-straggler whatif`: one format detection, one --strict, one way of naming the file
+and row of each skipped record."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Optional
+
+FORMATS = ("straggler-jsonl", "megatron-log", "chrome-trace", "parquet-trace")
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:
+    """--input-format, --strict, --meta, --dp/--pp/--tp and --ranks-per-node."""
+    io = parser.add_argument_group("input")
+    io.add_argument("--input-format", choices=formats, default=None, help="input format (default: detected)")
+    io.add_argument("--strict", action="store_true", help="stop at the first malformed record instead of skipping it")
+    io.add_argument("--meta", default=None,
+                    help="job metadata YAML (dp_size, pp_size, tp_size, dsp_size, vpp_size) for a trace; "
+                         "default: meta-NAME.yaml beside trace-NAME / timeline-NAME")
+    io.add_argument("--dp", type=int, default=None, help="data-parallel size (with --pp and --tp)")
+    io.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
+    io.add_argument("--tp", type=int, default=None, help="tensor-parallel size")
+    io.add_argument("--ranks-per-node", type=int, default=None, help="ranks per node, to name nodes")
+
+
+def topology_from_args(args: argparse.Namespace):
+    """The Topology of --dp/--pp/--tp (missing sizes are 1), or None when none is given.
+    Raises ValueError for a size < 1."""
+    from relax_straggler.topology import Topology
+
+    if args.dp is None and args.pp is None and args.tp is None:
+        return None
+    return Topology(*(1 if x is None else x for x in (args.dp, args.pp, args.tp)))
+
+
+def problem_lines(problems, limit: int = 5) -> list[str]:
+    """"FILE:ROW: message" of the first skipped records, and the count of the rest."""
+    if problems is None or not problems.total:
+        return []
+    lines = [str(p) for p in problems.kept[:limit]]
+    if problems.total > len(lines):
+        kinds = ", ".join(f"{k} {v}" for k, v in problems.counts.items())
+        lines.append(f"{problems.total} skipped records in all ({kinds})")
+    return lines
+
+
+def print_problems(problems, err, limit: Optional[int] = 5) -> None:
+    """Prints problem_lines on the rich console `err`."""
+    for line in problem_lines(problems, limit):
+        err.print(f"[yellow]problem:[/] {line}", highlight=False, soft_wrap=True)

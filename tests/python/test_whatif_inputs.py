@@ -1,0 +1,89 @@
+"""`whatif` reads its input as `analyze` does (format detection, --input-format, --strict,
+skipped records named by file and row); `analyze` adds the what-if figures to its summary
+for per-op inputs; the analyze heatmap keeps collective waits apart from compute."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from relax_straggler.cli import main
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "whatif-traces"
+pytestmark = pytest.mark.skipif(not (DATA / "trace-AR.parquet").exists(), reason="shared what-if traces not present")
+
+
+def _st_with_a_duplicate(tmp_path: Path) -> tuple[Path, int]:
+    """ST with its row 5 repeated at the end: (path, the 1-based row of the duplicate)."""
+    table = pq.read_table(DATA / "trace-ST.parquet")
+    path = tmp_path / "trace-dup.parquet"
+    pq.write_table(pa.concat_tables([table, table.slice(4, 1)]), path)
+    shutil.copy(DATA / "meta-ST.yaml", tmp_path / "meta-dup.yaml")
+    return path, table.num_rows + 1
+
+
+def test_whatif_reports_skipped_rows_and_strict_stops(tmp_path, capsys):
+    path, row = _st_with_a_duplicate(tmp_path)
+    assert main(["whatif", str(path), "--format", "json", "--no-by-worker"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["input"]["problems"]["by_kind"] == {"duplicate": 1}
+    assert out["input"]["problems"]["first"][0].startswith(f"{path}:{row}: duplicate row")
+    assert f"{path}:{row}: duplicate row" in captured.err
+    ref = json.loads((DATA / "result-ST.json").read_text())["blocking_slowdown"]
+    assert out["slowdown"] == pytest.approx(ref, rel=0.01)  # the duplicate was skipped, not replayed twice
+    assert main(["whatif", str(path), "--strict"]) == 1
+    assert f"{path}:{row}: duplicate row" in capsys.readouterr().err
+
+
+def test_whatif_input_format_and_inputs_without_ops(tmp_path, capsys):
+    renamed = tmp_path / "ops.dat"
+    shutil.copy(DATA / "trace-ST.parquet", renamed)
+    assert main(["whatif", str(renamed), "--input-format", "parquet-trace", "--no-by-worker"]) == 0
+    assert capsys.readouterr().out.startswith("the job runs 1.18x slower")
+    log = Path(__file__).parent / "fixtures" / "megatron_all.log"
+    assert main(["whatif", str(log)]) == 1
+    assert "has no per-op records" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["trace-AR.parquet", "timeline-AR.json.gz"])
+def test_analyze_summary_carries_the_whatif_figures(name, capsys):
+    ref = json.loads((DATA / "result-AR.json").read_text())
+    assert main(["analyze", str(DATA / name), "--no-progress", "--format", "json"]) == 0
+    w = json.loads(capsys.readouterr().out)["whatif"]
+    assert w["slowdown"] == pytest.approx(ref["blocking_slowdown"], rel=0.01)
+    assert (w["top_worker"]["dp_rank"], w["top_worker"]["stage"]) == (0, 0)
+    mw = json.loads((DATA / "mw-AR.json").read_text())["Mw"]
+    assert w["give_back"] == pytest.approx(mw, abs=0.02)
+    assert main(["analyze", str(DATA / name), "--no-progress"]) == 0
+    assert "what-if: the job runs 1.97x slower" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_analyze_without_per_op_records_has_no_whatif(capsys):
+    log = Path(__file__).parent / "fixtures" / "megatron_all.log"
+    assert main(["analyze", str(log), "--no-progress", "--format", "json"]) == 0
+    assert "whatif" not in json.loads(capsys.readouterr().out)
+
+
+def test_ar_heatmap_slow_worker_is_the_hottest_compute_cell(tmp_path, capsys):
+    from relax_straggler.analysis.heatmap import heatmap_grids
+
+    png = tmp_path / "ar.png"
+    assert main(["analyze", str(DATA / "trace-AR.parquet"), "--no-progress", "--format", "json", "--no-whatif",
+                 "--heatmap", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    g = heatmap_grids(json.loads(capsys.readouterr().out))
+    row, col = np.unravel_index(np.nanargmax(g.compute), g.compute.shape)
+    hottest = g.ranks[row]
+    assert (hottest["dp_rank"], hottest["pp_rank"]) == (0, 0)
+    assert g.compute_stages[col] in ("forward", "backward")
+    # Every other worker's compute cells stay near the median; the waits sit in their own panel.
+    others = [i for i, r in enumerate(g.ranks) if (r["dp_rank"], r["pp_rank"]) != (0, 0)]
+    assert np.nanmax(g.compute[others]) < 1.5 < np.nanmax(g.compute)
+    assert np.nanmax(g.communication) > 10 * np.nanmax(g.compute)
