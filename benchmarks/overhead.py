@@ -6,6 +6,9 @@ Variants, all driven by the same training step (benchmarks/peers/__init__.py):
   bare                 no instrumentation (every ratio divides by it)
   off                  relax_straggler installed disabled (a NullAnalyzer, a data section)
   ours/1, /10, /100    relax_straggler sampling every 1st, 10th, 100th step
+  paused               relax_straggler at interval 10 paused at runtime through its control
+                       file (read every 50 steps): run with --warmup 55 or more, so that the
+                       pause (applied from step 51) covers the timed steps
   megatron-sync        Megatron-style timers: device synchronize at every start/stop,
                        all-gather of a [world, timers] tensor every 10 steps
   nvrx/1, nvrx/10      NVRx straggler Detector sections, profiling interval 1 or 10; on a
@@ -33,6 +36,7 @@ import gc
 import json
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,11 +59,17 @@ class OurProbe:
     sync) and optimizer; the script opens a data section and gives its workload."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, interval: int | None,
-                 collective_timing: bool = True) -> None:
+                 collective_timing: bool = True, paused: bool = False) -> None:
+        control = None
+        if paused:
+            fd, control = tempfile.mkstemp(suffix=".json")
+            with os.fdopen(fd, "w") as fh:
+                fh.write('{"enabled": false}')
         config = StragglerConfig(enabled=interval is not None, interval=interval or 1, warmup_steps=0,
-                                 collective_timing=collective_timing)
+                                 collective_timing=collective_timing, control_file=control)
         self.analyzer = relax_straggler.install(model, optimizer, config=config)
         self._data = self.analyzer.section("data")
+        self._control = control
 
     def section(self, stage: str) -> ContextManager[Any]:
         return self._data if stage == "data" else NULL_SECTION
@@ -78,6 +88,8 @@ class OurProbe:
 
     def close(self) -> None:
         self.analyzer.uninstall()
+        if self._control is not None:
+            os.unlink(self._control)
 
 
 Factory = Callable[[torch.nn.Module, torch.optim.Optimizer, torch.device], Probe]
@@ -107,6 +119,7 @@ VARIANTS: dict[str, Factory] = {
     "ours/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10),
     "ours/100": lambda model, optimizer, device: OurProbe(model, optimizer, 100),
     "ours-no-collectives/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10, collective_timing=False),
+    "paused": lambda model, optimizer, device: OurProbe(model, optimizer, 10, paused=True),
     "megatron-sync": _megatron,
     "nvrx/1": _nvrx(1),
     "nvrx/10": _nvrx(10),

@@ -9,8 +9,9 @@ the flagged rank and stage.
 
     torchrun --standalone --nproc-per-node 2 examples/train_gpt.py --straggler-analysis
 
---inject-delay RANK:STAGE:MS adds a deterministic sleep inside a stage on one rank
-(stages: forward, backward, optimizer, data) for tests.
+--inject-delay RANK:STAGE:MS[:FROM] adds a deterministic sleep inside a stage on one rank
+(stages: forward, backward, optimizer, data), from step FROM on (default 0); the specs of
+one rank and stage add up. For tests.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-bytes", type=int, default=2_000_000)
     p.add_argument("--contend-rank", type=int, default=1, help="Rank whose core gets a CPU hog (-1: none).")
     p.add_argument("--contend-steps", type=str, default="100:240", help="FIRST:LAST step of the contention.")
-    p.add_argument("--inject-delay", action="append", default=[], metavar="RANK:STAGE:MS")
+    p.add_argument("--inject-delay", action="append", default=[], metavar="RANK:STAGE:MS[:FROM]")
     p.add_argument("--output", type=str, default="runs/demo")
     p.add_argument("--log-every", type=int, default=20)
     relax_straggler.add_arguments(p)
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
 
     try:
-        delays = {stage: ms / 1e3 for r, stage, ms in parse_delays(args.inject_delay, world) if r == rank}
+        planned = [(stage, ms / 1e3, first) for r, stage, ms, first in parse_delays(args.inject_delay, world)
+                   if r == rank]
         first, last = (int(x) for x in args.contend_steps.split(":"))
         config = relax_straggler.from_args(args)
     except ValueError as exc:
@@ -90,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.enabled and config.jsonl_path is None:
         config = config.replace(jsonl_path=os.path.join(args.output, "straggler.jsonl"))
     analyzer = relax_straggler.install(model, optimizer, config=config)
+    delays = {stage: 0.0 for stage, _, _ in planned}  # s per stage; the hooks read it at each call
     inject_delays(delays, model, optimizer)
 
     batches = Batches(load_corpus(args.corpus_bytes), args.batch_size, args.seq_len, args.seed, rank)
@@ -101,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 contender.start()
             if contender is not None and step == last:
                 contender.stop()
+            for stage in delays:  # the specs of a stage add up, each from its first step
+                delays[stage] = sum(s for st, s, first in planned if st == stage and step >= first)
             t0 = time.perf_counter()
             with analyzer.section("data"):
                 x, y = batches.next()
@@ -139,18 +144,15 @@ def write_summary(args: argparse.Namespace, analyzer, losses: list[float], step_
     }
     run_summary = analyzer.summary()
     if run_summary is not None:
-        findings = run_summary.findings()
+        confirmed = run_summary.confirmed()
         summary["reports"] = run_summary.reports
-        summary["findings"] = [f.__dict__ for f in findings]
+        summary["verdict"] = {"headline": run_summary.headline(), "statuses": dict(run_summary.statuses),
+                              "confirmed": [c.__dict__ for c in confirmed]}
+        summary["findings"] = [f.__dict__ for f in run_summary.findings()]  # the per-step RFC flags
         summary["bottlenecks"] = run_summary.bottlenecks()
-        top = next((f for f in findings if not f.stage.startswith("communication")), None)
-        if top is None:
-            log.info("summary: no straggler found in %d reports", run_summary.reports)
-        else:
-            log.info("summary: straggler rank %d, slow in %s (flagged in %d of %d reports, median %.2fx the "
-                     "reference)", top.rank, top.stage, top.flagged, top.reports, top.median_slowdown)
-            for f in [f for f in findings if f is not top][:3]:
-                log.info("         also %s", f)
+        log.info("summary: %s", run_summary.headline())
+        for c in confirmed[1:4]:
+            log.info("         also %s", c)
     log.info("loss %.3f -> %.3f, median step %.1f ms", summary["loss_first"], summary["loss_last"],
              summary["median_step_ms"])
     with open(os.path.join(args.output, "summary.json"), "w") as fh:

@@ -4,7 +4,8 @@ docs/ARCHITECTURE.md invariant 4: the gather runs on a process group created for
 tensors), never on the training groups, and never with a barrier. It is asynchronous:
 the training thread only launches it; the metrics rank's report thread waits for it.
 Every rank joins every gather of a sampled step, also with an empty (all-NaN) payload,
-so the ranks stay in lockstep.
+so the ranks stay in lockstep. The per-op row of the live what-if (payload.pack_ops)
+travels appended to the stage row in the same gather.
 """
 
 from __future__ import annotations
@@ -23,21 +24,43 @@ log = logging.getLogger(__name__)
 
 
 class _Ready:
+    """Rows already here: (ranks, ROW_LEN + per-op row length)."""
+
     def __init__(self, rows: np.ndarray) -> None:
         self._rows = rows
 
     def wait(self) -> np.ndarray:
-        return self._rows
+        return self._rows[:, :ROW_LEN]
+
+    def op_rows(self) -> np.ndarray:
+        """The per-op rows (ranks, op_row_len) that travelled with the stage rows (after wait())."""
+        return self._rows[:, ROW_LEN:]
 
 
 class _InFlight:
     def __init__(self, work: dist.Work, buffers: list[torch.Tensor]) -> None:
         self._work = work
         self._buffers = buffers
+        self._rows: Optional[np.ndarray] = None
+
+    def _all(self) -> np.ndarray:
+        if self._rows is None:
+            self._work.wait()
+            self._rows = torch.stack(self._buffers).numpy()
+        return self._rows
 
     def wait(self) -> np.ndarray:
-        self._work.wait()
-        return torch.stack(self._buffers).numpy()
+        return self._all()[:, :ROW_LEN]
+
+    def op_rows(self) -> np.ndarray:
+        """The per-op rows (ranks, op_row_len) that travelled with the stage rows."""
+        return self._all()[:, ROW_LEN:]
+
+
+def _joined(row: np.ndarray, op_row: Optional[np.ndarray]) -> np.ndarray:
+    """One float64 vector: the stage row, then the per-op row if any (one gather for both)."""
+    parts = [row] if op_row is None else [row, op_row]
+    return np.concatenate(parts).astype(np.float64, copy=False)
 
 
 class LocalGather:
@@ -48,8 +71,8 @@ class LocalGather:
     is_metrics_rank = True
     stalls = 0
 
-    def gather(self, row: np.ndarray) -> Optional[PendingRows]:
-        return _Ready(row.reshape(1, ROW_LEN).copy())
+    def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None) -> Optional[PendingRows]:
+        return _Ready(_joined(row, op_row).reshape(1, -1))
 
     def close(self) -> None:
         pass
@@ -75,17 +98,20 @@ class SideGroupGather:
         self.rank = self._ranks.index(me) if me in self._ranks else -1
         self.world_size = len(self._ranks)
         self._dst = self._ranks[metrics_rank]
+        self.metrics_global_rank = self._dst  # the global rank of the metrics rank
         self.is_metrics_rank = me == self._dst
         self._pending: collections.deque[dist.Work] = collections.deque()
         self._max_pending = max_pending
         self.stalls = 0
 
-    def gather(self, row: np.ndarray) -> Optional[PendingRows]:
-        """Launches the gather; returns the rows' handle on the metrics rank, else None."""
+    def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None) -> Optional[PendingRows]:
+        """Launches the gather of the stage row and, appended to it in the same tensor, the
+        per-op row (relax_straggler.payload.pack_ops; every rank gives one of the same
+        length, or every rank none); returns the rows' handle on the metrics rank, else None."""
         if self.rank < 0:
             return None  # this process is not in the analyzed group
-        send = torch.from_numpy(row.astype(np.float64, copy=True))
-        buffers = [torch.empty(ROW_LEN, dtype=torch.float64) for _ in range(self.world_size)] if self.is_metrics_rank else None
+        send = torch.from_numpy(_joined(row, op_row))
+        buffers = [torch.empty(len(send), dtype=torch.float64) for _ in range(self.world_size)] if self.is_metrics_rank else None
         work = dist.gather(send, gather_list=buffers, dst=self._dst, group=self.group, async_op=True)
         if self.is_metrics_rank:
             return _InFlight(work, buffers)

@@ -3,13 +3,15 @@
 One sampled step, end to end:
   begin_step -> hooks and section()s record events -> optimizer post-hook (or step())
   -> end_step reads the events once -> the row is packed and gathered asynchronously
-  over the side Gloo group -> on the metrics rank the report thread judges it and feeds
-  the sinks. The training thread never waits for a peer and never synchronizes.
+  over the side Gloo group -> on the metrics rank the report thread judges it (the RFC
+  per-step rule, then the confirmed verdict across reports) and feeds the sinks. The
+  training thread never waits for a peer and never synchronizes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -23,13 +25,15 @@ from relax_straggler._ext import core, ext
 from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
+from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.control import ControlChannel, ControlCommand, ControlFile, LocalControl
 from relax_straggler.stages import STAGES, stage_id
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.module_stages import ModuleStageHooks
+from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, build_report
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
-from relax_straggler.window import window_detector
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,7 @@ class NullAnalyzer:
     still checks its arguments, so turning the analyzer on never raises a new error."""
 
     enabled = False
+    ops = NULL_OPS  # the per-op recorder's API, recording nothing
 
     def section(self, name: str) -> ContextManager[None]:
         if name not in _STAGE_NAMES:
@@ -103,6 +108,10 @@ class Analyzer:
         self._step = 0
         self._tokens = math.nan
         self._lock = threading.Lock()
+        self._paused = False  # runtime control: no step is sampled
+        # The config each report is judged with: (first step, config), oldest first (runtime
+        # control changes thresholds from a step on; reports of earlier steps keep theirs).
+        self._configs: list[tuple[int, StragglerConfig]] = [(0, config)]
 
         self._collectives: Optional[CollectiveLayer] = None
         if dist.is_available() and dist.is_initialized():
@@ -114,13 +123,30 @@ class Analyzer:
             if config.metrics_rank != 0:
                 raise ValueError(f"--straggler-metrics-rank {config.metrics_rank}: a single process has only rank 0")
             self._gather = LocalGather()
+        # Per-op records for the live what-if; none (and no per-op row) unless asked for.
+        self._ops = OpRecorder(self._timer, self._gather.rank, config.max_ops) if config.max_ops else NULL_OPS
+
+        self._control: Union[ControlChannel, LocalControl, None] = None
+        if config.control_file:
+            is_metrics = self._gather.is_metrics_rank
+            control_file = ControlFile(config.control_file) if is_metrics else None
+            if isinstance(self._gather, SideGroupGather):
+                self._control = ControlChannel(self._gather.group, self._gather.metrics_global_rank, control_file,
+                                               config.control_every)
+            else:
+                self._control = LocalControl(control_file, config.control_every)
 
         self._summary: Optional[RunSummary] = None
         self._pipeline: Optional[ReportPipeline] = None
         self._closables: list[Any] = []
         self._store_sink: Any = None
         if self._gather.is_metrics_rank:
-            self._window = _window_detector(config, self._gather.world_size)
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))  # torchrun numbers ranks node by node
+            self._rank_to_node = [r // local for r in range(self._gather.world_size)] if local > 0 else None
+            self._verdict = ConfirmedVerdict(ConfirmConfig.from_config(config), self._rank_to_node)
+            from relax_straggler.whatif.live import LiveWhatIf  # the engine's what-if front: metrics rank only
+
+            self._whatif = LiveWhatIf()
             self._summary = RunSummary()
             sinks: list[Any] = [self._summary]
             if report_fn is not None:
@@ -136,7 +162,7 @@ class Analyzer:
                 sinks.append(self._store_sink)
                 self._closables.append(self._store_sink)
             if config.console:
-                sinks.append(ConsoleSink())
+                sinks.append(ConsoleSink(verbose=config.console_verbose))
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size)
 
         # Without the collective layer, the DDP gradient-sync wait after backward is the
@@ -177,15 +203,26 @@ class Analyzer:
                 except Exception:
                     log.warning("relax_straggler: could not publish step %d; training continues", sample.step,
                                 exc_info=True)
+            if self._control is not None:
+                command = self._control.at_step(self._step)
+                if command is not None:
+                    self._apply(command, self._step + 1)
             self._step += 1
             self._tokens = math.nan
             if self._collectives is not None:
                 self._collectives.poll()  # groups created during the step
-            self._timer.begin_step(self._step)
+            self._timer.begin_step(-1 if self._paused else self._step)  # step -1 is never sampled
 
     def summary(self) -> Optional[RunSummary]:
         """The run summary (metrics rank only; None elsewhere)."""
         return self._summary
+
+    @property
+    def ops(self) -> Union[OpRecorder, NullOpRecorder]:
+        """Per-op records of sampled steps for the live what-if replay (docs/WHATIF.md, "Live"):
+        ``with analyzer.ops.op("forward-compute", microbatch=i):``, ``ops.set_worker(dp_rank, stage)``;
+        records nothing unless --straggler-max-ops (StragglerConfig.max_ops) is >= 2."""
+        return self._ops
 
     @property
     def timer(self) -> Any:
@@ -201,6 +238,7 @@ class Analyzer:
             "unmatched_stops": self._timer.unmatched_stops,
             "open_at_step_end": self._timer.open_at_step_end,
             "gather_stalls": self._gather.stalls,
+            "control_refused": self._control.refused if self._control is not None else 0,
             **(self._store_sink.counters() if self._store_sink is not None else {}),
         }
 
@@ -215,6 +253,8 @@ class Analyzer:
         self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
         if self._pipeline is not None:
             self._pipeline.close()
+        if self._control is not None:
+            self._control.close()
         self._gather.close()
         for c in self._closables:
             c.close()
@@ -224,14 +264,38 @@ class Analyzer:
     # internals -------------------------------------------------------------------------
     def _publish(self, sample: Any) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group)
-        pending = self._gather.gather(row)
+        pending = self._gather.gather(row, self._ops.take_row(sample.step))
         if pending is not None and self._pipeline is not None:
             self._pipeline.submit(pending, sample.step)
 
+    def _apply(self, command: ControlCommand, from_step: int) -> None:
+        """Applies a runtime-control command from step `from_step` on (every rank calls this
+        at the same step with the same command)."""
+        if command.enabled is not None:
+            self._paused = not command.enabled
+        if command.interval is not None:
+            self._timer.set_interval(command.interval)
+        thresholds = {k: v for k, v in command.changes().items() if k in ("relative_threshold", "absolute_ms_threshold")}
+        if thresholds:
+            self._configs.append((from_step, self._configs[-1][1].replace(**thresholds)))
+        if self._gather.is_metrics_rank:
+            log.info("relax_straggler: control: from step %d: %s", from_step, command.changes())
+
+    def _config_at(self, step: int) -> StragglerConfig:
+        return next(c for first, c in reversed(self._configs) if first <= step)
+
     def _build_report(self, pending: PendingRows, step: int) -> Report:
-        report = build_report(unpack(pending.wait()), step, self.config, self.config.metrics_rank, self.counters())
-        report.metrics.update(self._window.observe(report))
-        return report
+        config = self._config_at(step)
+        report = build_report(unpack(pending.wait()), step, config, config.metrics_rank, self.counters())
+        wanted = ConfirmConfig.from_config(config)
+        if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
+            self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
+        verdict = self._verdict.update(report.step, report.judged_ms, report.stages, groups=report.groups)
+        report.metrics.update(verdict.metrics())
+        if verdict.window is not None:
+            report.metrics.update(verdict.window.metrics())
+        report.metrics.update(self._whatif.metrics(pending.op_rows()))
+        return dataclasses.replace(report, verdict=verdict)
 
 
 def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:
@@ -242,19 +306,6 @@ def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:
     if not (torch.cuda.is_available() and ext().with_cuda):
         return False
     return any(p.is_cuda for m in models for p in m.parameters())
-
-
-def _window_detector(config: StragglerConfig, world_size: int) -> Any:
-    """The opt-in window ensemble (a null object when --straggler-window-every is 0). Ranks
-    map to nodes by LOCAL_WORLD_SIZE when the launcher sets it (torchrun does)."""
-    from relax_straggler.detect import WindowConfig
-
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))
-    nodes = [r // local for r in range(world_size)] if local > 0 else None
-    # warmup_steps=0: the analyzer's own warm-up already kept early steps out of the reports.
-    window_config = WindowConfig(warmup_steps=0, vote_rule=config.window_vote_rule, min_algorithm_votes=config.window_min_votes,
-                                 min_slowdown=config.window_min_slowdown)
-    return window_detector(config.window_every, config.window_size, config=window_config, rank_to_node=nodes)
 
 
 _ACTIVE: list[Analyzer] = []  # installed analyzers, newest last (the module-level section() uses it)

@@ -44,15 +44,32 @@ class StragglerConfig:
     store_url: Optional[str] = flag_field(
         None, "Write per-rank stage times to this metrics store: file://DIR or "
               "clickhouse://HOST:PORT/DB, optionally ?job=ID (default job: the launcher's run id).", name="store")
-    console: bool = flag_field(False, "Print a table per report.", action="store_true")  # on the metrics rank
+    console: bool = flag_field(False, "Print verdict changes and confirmed stragglers on the metrics rank.",
+                               action="store_true")
+    console_verbose: bool = flag_field(False, "With --straggler-console, also print the per-step table of every "
+                                              "report.", action="store_true")
+    confirm_reports: int = flag_field(3, "Sampled reports in a row a rank must be slow in before it is confirmed a "
+                                         "straggler (straggler/verdict/*).")
+    recover_reports: int = flag_field(3, "Healthy reports in a row before a confirmed straggler is recovered.")
+    control_file: Optional[str] = flag_field(
+        None, "Runtime control: a JSON command in this file ({\"enabled\": false}, {\"interval\": 20}, "
+              "{\"relative_threshold\": 1.3}) is read by the metrics rank and applied on every rank at the same "
+              "step.")
+    control_every: int = flag_field(50, "Steps between reads of the control file (and its broadcast to every "
+                                        "rank).")
     queue_size: int = flag_field(64, "Reports waiting for the sinks before new ones are dropped (and counted).")
     max_events: int = flag_field(4096, "Timing events per step (two per section).")  # event-pool slots
+    max_ops: Optional[int] = flag_field(
+        None, "Per-op records kept per rank and sampled step for the live what-if, gathered with the stage row "
+              "(16 float64 each): default 256 under the Megatron adapter, which records its microbatch ops, else "
+              "0 (none; the row stays the stage row).")
     device_events: str = flag_field("auto", "auto, cuda or cpu timing events.")  # auto: CUDA events when CUDA is in use
     collective_timing: bool = flag_field(
         True, "Do not wrap process-group backends (collectives are then not timed one by one).",
         name="no-collective-timing", action="store_false")
-    window_every: int = flag_field(0, "Run the six-clusterer window ensemble every N reports (0: off).")
-    window_size: int = flag_field(100, "Reports in the window.")
+    window_every: int = flag_field(
+        10, "Run the six-clusterer window ensemble every N reports, a witness of the confirmed verdict (0: off).")
+    window_size: int = flag_field(50, "Reports in the window.")
     window_vote_rule: str = flag_field(
         "at_least", "at_least (>= --straggler-window-min-votes algorithms agree) or most_votes.")
     window_min_votes: int = flag_field(3, "Algorithms that must agree before a rank is reported.")  # of 6
@@ -91,8 +108,16 @@ class StragglerConfig:
             raise bad("queue-size", "must be an integer >= 1", self.queue_size)
         if not _is_int(self.max_events) or self.max_events < 2:
             raise bad("max-events", "must be an integer >= 2", self.max_events)
+        if self.max_ops is not None and (not _is_int(self.max_ops) or self.max_ops == 1 or self.max_ops < 0):
+            raise bad("max-ops", "must be 0 (none) or an integer >= 2", self.max_ops)
         if self.device_events not in ("auto", "cuda", "cpu"):
             raise bad("device-events", "must be 'auto', 'cuda' or 'cpu'", self.device_events)
+        for flag, value in (("confirm-reports", self.confirm_reports), ("recover-reports", self.recover_reports),
+                            ("control-every", self.control_every)):
+            if not _is_int(value) or value < 1:
+                raise bad(flag, "must be an integer >= 1", value)
+        if self.control_file is not None and (not isinstance(self.control_file, str) or not self.control_file):
+            raise bad("control-file", "must be a file path", self.control_file)
         if not _is_int(self.window_every) or self.window_every < 0:
             raise bad("window-every", "must be an integer >= 0", self.window_every)
         if not _is_int(self.window_size) or self.window_size < 2:

@@ -8,6 +8,9 @@ One float64 row per rank:
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
 group given). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
+
+The per-op row of the live what-if replay (below, `pack_ops`) travels appended to it in
+the same gather.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ class PendingRows(Protocol):
 
     def wait(self) -> np.ndarray:
         """Blocks until all rows arrived; returns (ranks, ROW_LEN) float64."""
+
+    def op_rows(self) -> np.ndarray:
+        """After wait(): the per-op rows gathered with the stage rows, (ranks,
+        op_row_len(max_ops)) float64, (ranks, 0) when none travelled."""
 
 
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
@@ -112,3 +119,77 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             waited[sid] = 0.0
             calls[sid] = n
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group)
+
+
+# The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on
+# sampled steps (relax_straggler.op_records records it, relax_straggler.whatif.live replays it).
+#   [step, rank, dp_rank, stage, num_ops, dropped_ops (this step), dropped_ops_total, t0_unix_s]
+#   then max_ops x (op type index into OP_TYPES, microbatch, model chunk, start_s, duration_s)
+# start_s is relative to t0_unix_s (host wall clock of the step's first recorded op), so
+# ranks on one host line up to the clock's resolution; NaN fills unused op slots.
+OP_HEADER = ("step", "rank", "dp_rank", "stage", "num_ops", "dropped_ops", "dropped_ops_total", "t0_unix_s")
+OP_FIELDS = ("optype", "microbatch", "chunk", "start_s", "duration_s")
+# Megatron timer names the recorder keeps; the combined p2p ops are split into their send and
+# receive halves on the metrics rank. `optimizer` is the step's tail after the last recorded op.
+OP_TYPES = ("forward-compute", "backward-compute", "forward-send", "forward-recv", "backward-send", "backward-recv",
+            "forward-send-backward-recv", "backward-send-forward-recv", "all-grads-sync",
+            "embedding-grads-all-reduce", "optimizer-clip-main-grad", "optimizer")
+OP_TYPE_IDS = {name: i for i, name in enumerate(OP_TYPES)}
+DEFAULT_MAX_OPS = 256  # per rank and step: 1F1B with M microbatches records about 4 M + 4
+
+
+def op_row_len(max_ops: int) -> int:
+    """Length of a per-op row holding max_ops ops."""
+    return len(OP_HEADER) + len(OP_FIELDS) * max_ops
+
+
+def pack_ops(step: int, rank: int, dp_rank: int, stage: int, dropped_ops: int, dropped_ops_total: int,
+             t0_unix_s: float, ops: np.ndarray, max_ops: int) -> np.ndarray:
+    """One rank's per-op row. ops: (n, len(OP_FIELDS)) float64 with n <= max_ops (start_s
+    relative to t0_unix_s). Raises ValueError when ops has the wrong shape or too many rows."""
+    ops = np.asarray(ops, dtype=np.float64).reshape(-1, len(OP_FIELDS))
+    if len(ops) > max_ops:
+        raise ValueError(f"pack_ops: {len(ops)} ops for a row of max_ops={max_ops}")
+    row = np.full(op_row_len(max_ops), np.nan, dtype=np.float64)
+    row[:len(OP_HEADER)] = (step, rank, dp_rank, stage, len(ops), dropped_ops, dropped_ops_total, t0_unix_s)
+    row[len(OP_HEADER):len(OP_HEADER) + ops.size] = ops.ravel()
+    return row
+
+
+@dataclass(frozen=True)
+class GatheredOps:
+    """All ranks' per-op rows of one sampled step: header columns (ranks,) and ops
+    (ranks, max_ops, len(OP_FIELDS)), the first num_ops of each rank valid."""
+
+    steps: np.ndarray
+    ranks: np.ndarray
+    dp_ranks: np.ndarray
+    stages: np.ndarray
+    num_ops: np.ndarray
+    dropped_ops: np.ndarray  # in this step
+    dropped_ops_total: np.ndarray  # lifetime
+    t0_unix_s: np.ndarray
+    ops: np.ndarray
+
+
+def unpack_ops(rows: np.ndarray) -> GatheredOps:
+    """rows: (ranks, op_row_len(max_ops)) float64. Raises ValueError on a shape that is no
+    op row, or a rank whose num_ops is not an integer in [0, max_ops]."""
+    rows = np.asarray(rows, dtype=np.float64)
+    h, f = len(OP_HEADER), len(OP_FIELDS)
+    if rows.ndim != 2 or rows.shape[1] < h or (rows.shape[1] - h) % f:
+        raise ValueError(f"per-op rows must have shape (ranks, {h} + {f} x max_ops), got {rows.shape}")
+    max_ops = (rows.shape[1] - h) // f
+    num = rows[:, OP_HEADER.index("num_ops")]
+    bad = ~np.isfinite(num) | (num < 0) | (num > max_ops) | (num != np.round(num))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"per-op row of rank index {i}: num_ops {num[i]} is not an integer in [0, {max_ops}]")
+
+    def col(name: str) -> np.ndarray:
+        return rows[:, OP_HEADER.index(name)].copy()
+
+    return GatheredOps(steps=col("step"), ranks=col("rank"), dp_ranks=col("dp_rank"), stages=col("stage"),
+                       num_ops=num.astype(np.int64), dropped_ops=col("dropped_ops"),
+                       dropped_ops_total=col("dropped_ops_total"), t0_unix_s=col("t0_unix_s"),
+                       ops=rows[:, h:].reshape(rows.shape[0], max_ops, f).copy())

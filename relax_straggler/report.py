@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from relax_straggler.config import StragglerConfig
 from relax_straggler.payload import Gathered
 from relax_straggler.stages import STAGES, is_communication
 from relax_straggler.workload import normalize_workload
+
+if TYPE_CHECKING:
+    from relax_straggler.confirm import VerdictResult
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ class Report:
     metrics: dict[str, Any] = field(default_factory=dict)
     comm_wait_ms: Optional[np.ndarray] = None  # (ranks,) time each waited for late arrivals
     groups: Optional[np.ndarray] = None  # (ranks,) comparison group ids when ranks were judged within groups
+    verdict: Optional["VerdictResult"] = None  # the confirmed verdict after this report (live analyzer)
 
     @property
     def num_ranks(self) -> int:

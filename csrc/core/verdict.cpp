@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 
-#include "core/stats.h"
+#include "core/median_bracket.h"
 
 namespace relax_straggler::core {
 namespace {
@@ -26,23 +27,75 @@ struct Summary {
   std::int32_t argmin = -1;
 };
 
-// Per-stage medians. The columns are scattered in one row-major pass into a stage-major
-// buffer whose column stride is padded: an unpadded power-of-two stride maps every
-// column to the same cache sets and thrashes the L1 cache.
-std::vector<double> column_medians(const StepMatrix& m) {
+// One row-major pass: per-stage count, sum, max and min, and with kBracket the median
+// brackets' counts and buckets (prepare_brackets first). Two stages at a time in vector
+// lanes (each lane accumulates one stage in row order, exactly as a scalar loop would;
+// NaN fails every compare and adds nothing); the bucket appends stay scalar. A template
+// so that the mean reference's loop carries no median work at all.
+template <bool kBracket>
+void summarise(const StepMatrix& m, std::vector<Summary>& sums, MedianScratch& w) {
+  using V = double __attribute__((vector_size(16)));
+  using M = long long __attribute__((vector_size(16)));
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   const std::size_t ranks = static_cast<std::size_t>(m.num_ranks), stages = m.num_stages();
-  const std::size_t stride = ranks + 8;
-  std::vector<double> columns(stride * stages);
-  std::vector<std::size_t> filled(stages, 0);
+  const std::size_t pairs = (stages + 1) / 2, full = stages / 2;
+  // Accumulators per pair of stages; an odd last stage is paired with a padding lane
+  // that always reads NaN.
+  thread_local std::vector<V> sum, mx, mn;
+  thread_local std::vector<M> cnt, amax, amin;
+  sum.assign(pairs, V{0.0, 0.0});
+  mx.assign(pairs, V{-kInf, -kInf});
+  mn.assign(pairs, V{kInf, kInf});
+  cnt.assign(pairs, M{0, 0});
+  amax.assign(pairs, M{-1, -1});
+  amin.assign(pairs, M{-1, -1});
+  const double* __restrict lo = w.lo.data();
+  const double* __restrict hi = w.hi.data();
+  std::size_t* __restrict below = w.below.data();
+  std::size_t* __restrict filled = w.filled.data();
+  double* __restrict buckets = w.buckets.data();
+  const std::size_t stride = w.stride;
+  const V zero = {0.0, 0.0};
   for (std::size_t r = 0; r < ranks; ++r) {
     const double* row = m.ms.data() + r * stages;
-    for (std::size_t s = 0; s < stages; ++s) {
-      if (!std::isnan(row[s])) columns[s * stride + filled[s]++] = row[s];
+    const auto rank = static_cast<long long>(r);
+    const M rv = {rank, rank};
+    const auto accumulate = [&](std::size_t p, V t) {
+      const M ok = t == t;
+      cnt[p] = cnt[p] - ok;
+      sum[p] += ok ? t : zero;
+      const M gt = t > mx[p], lt = t < mn[p];  // strict: the lowest rank wins ties
+      mx[p] = gt ? t : mx[p];
+      amax[p] = gt ? rv : amax[p];
+      mn[p] = lt ? t : mn[p];
+      amin[p] = lt ? rv : amin[p];
+    };
+    for (std::size_t p = 0; p < full; ++p) {
+      V t;
+      std::memcpy(&t, row + 2 * p, sizeof t);
+      accumulate(p, t);
+    }
+    if (full < pairs) accumulate(full, V{row[stages - 1], std::numeric_limits<double>::quiet_NaN()});
+    if constexpr (kBracket) {
+      // Branch-free: NaN counts neither below nor inside the bracket.
+      for (std::size_t s = 0; s < stages; ++s) {
+        const double t = row[s];
+        below[s] += t < lo[s];
+        buckets[s * stride + filled[s]] = t;
+        filled[s] += (t >= lo[s]) & (t <= hi[s]);
+      }
     }
   }
-  std::vector<double> medians(stages), scratch;
-  for (std::size_t s = 0; s < stages; ++s) medians[s] = nan_median(Values(columns.data() + s * stride, filled[s]), scratch);
-  return medians;
+  for (std::size_t s = 0; s < stages; ++s) {
+    Summary& a = sums[s];
+    const std::size_t p = s / 2, lane = s % 2;
+    a.count = static_cast<std::size_t>(cnt[p][lane]);
+    a.sum = sum[p][lane];
+    a.max = mx[p][lane];
+    a.min = mn[p][lane];
+    a.argmax = static_cast<std::int32_t>(amax[p][lane]);
+    a.argmin = static_cast<std::int32_t>(amin[p][lane]);
+  }
 }
 
 // Fills every StageVerdict. Two row-major passes over the matrix so
@@ -50,20 +103,15 @@ std::vector<double> column_medians(const StepMatrix& m) {
 void judge_stages(const StepMatrix& m, const VerdictConfig& cfg, StepVerdict& v) {
   const std::size_t ranks = static_cast<std::size_t>(m.num_ranks), stages = m.num_stages();
   std::vector<Summary> sums(stages);
-  for (std::size_t r = 0; r < ranks; ++r) {
-    const double* row = m.ms.data() + r * stages;
-    for (std::size_t s = 0; s < stages; ++s) {
-      const double t = row[s];
-      if (std::isnan(t)) continue;
-      Summary& a = sums[s];
-      ++a.count;
-      a.sum += t;
-      if (t > a.max) a.max = t, a.argmax = static_cast<std::int32_t>(r);
-      if (t < a.min) a.min = t, a.argmin = static_cast<std::int32_t>(r);
-    }
+  const bool median = cfg.reference == Reference::kMedian;
+  MedianScratch& w = median_scratch();
+  if (median) {
+    prepare_brackets(m, w);
+    summarise<true>(m, sums, w);
+  } else {
+    summarise<false>(m, sums, w);
   }
 
-  const std::vector<double> medians = cfg.reference == Reference::kMedian ? column_medians(m) : std::vector<double>();
   v.stages.resize(stages);
   for (std::size_t s = 0; s < stages; ++s) {
     StageVerdict& sv = v.stages[s];
@@ -76,7 +124,7 @@ void judge_stages(const StepMatrix& m, const VerdictConfig& cfg, StepVerdict& v)
       continue;
     }
     sv.mean_ms = a.sum / static_cast<double>(a.count);
-    sv.ref_ms = cfg.reference == Reference::kMean ? sv.mean_ms : medians[s];
+    sv.ref_ms = median ? bracketed_median(m, w, s, a.count) : sv.mean_ms;
     sv.max_ms = a.max;
     sv.min_ms = a.min;
     sv.slowdown_ratio = sv.ref_ms > 0.0 ? sv.max_ms / sv.ref_ms : kNaN;
@@ -85,20 +133,54 @@ void judge_stages(const StepMatrix& m, const VerdictConfig& cfg, StepVerdict& v)
     sv.excess_ms = comm ? sv.ref_ms - sv.min_ms : sv.max_ms - sv.ref_ms;
   }
 
+  // Second pass: the stragglers. Per stage the reference and kind are copied into flat
+  // arrays and every cell is tested without branches (NaN fails every compare); only a
+  // row with a flagged cell is walked again to record it, in ascending rank order.
+  thread_local std::vector<double> stage_refs;
+  thread_local std::vector<char> stage_comm;
+  stage_refs.resize(stages);
+  stage_comm.resize(stages);
+  for (std::size_t s = 0; s < stages; ++s) {
+    stage_refs[s] = v.stages[s].ref_ms;
+    stage_comm[s] = v.stages[s].kind == StageKind::kCommunication;
+  }
+  const double rel = cfg.relative_threshold, floor_ms = cfg.noise_floor_ms, abs_ms = cfg.absolute_ms_threshold;
+  const double* __restrict refs = stage_refs.data();
+  const char* __restrict comms = stage_comm.data();
+  // The rule for one cell, as the RFC states it (exact, so both passes agree).
+  const auto flagged = [&](double t, std::size_t s) {
+    const double ref = refs[s];
+    const bool comm = comms[s] != 0;
+    // Distance from the reference on the slow side, and the relative-rule test, for this kind.
+    const double excess = comm ? ref - t : t - ref;
+    const bool relative = comm ? t * rel <= ref : t >= ref * rel;
+    return excess >= floor_ms && (relative || excess >= abs_ms);
+  };
+  // The same rule two stages at a time (vector lanes are IEEE doubles, so each lane
+  // computes exactly what `flagged` does); a true lane of a compare is -1, counted by
+  // subtraction.
+  using V = double __attribute__((vector_size(16)));
+  using M = long long __attribute__((vector_size(16)));
+  const V vrel = {rel, rel}, vfloor = {floor_ms, floor_ms}, vabs = {abs_ms, abs_ms};
+  const std::size_t pairs = stages / 2 * 2;
   for (std::size_t r = 0; r < ranks; ++r) {
     const double* row = m.ms.data() + r * stages;
+    M hits = {0, 0};
+    for (std::size_t s = 0; s < pairs; s += 2) {
+      V t, ref;
+      std::memcpy(&t, row + s, sizeof t);
+      std::memcpy(&ref, refs + s, sizeof ref);
+      const M comm = {comms[s] ? -1LL : 0LL, comms[s + 1] ? -1LL : 0LL};
+      const V excess = comm ? ref - t : t - ref;
+      const M relative = comm ? (t * vrel <= ref) : (t >= ref * vrel);
+      const M hit = (excess >= vfloor) & (relative | (excess >= vabs));
+      hits = hits - hit;
+    }
+    int any = (hits[0] | hits[1]) != 0;
+    for (std::size_t s = pairs; s < stages; ++s) any |= static_cast<int>(flagged(row[s], s));
+    if (!any) continue;
     for (std::size_t s = 0; s < stages; ++s) {
-      const double t = row[s];
-      if (std::isnan(t)) continue;
-      StageVerdict& sv = v.stages[s];
-      const double ref = sv.ref_ms;
-      const bool comm = sv.kind == StageKind::kCommunication;
-      // Distance from the reference on the slow side, and the relative-rule test, for this kind.
-      const double excess = comm ? ref - t : t - ref;
-      const bool relative = comm ? t * cfg.relative_threshold <= ref : t >= ref * cfg.relative_threshold;
-      if (excess >= cfg.noise_floor_ms && (relative || excess >= cfg.absolute_ms_threshold)) {
-        sv.stragglers.push_back(static_cast<std::int32_t>(r));
-      }
+      if (flagged(row[s], s)) v.stages[s].stragglers.push_back(static_cast<std::int32_t>(r));
     }
   }
   for (StageVerdict& sv : v.stages) {

@@ -27,15 +27,8 @@ core::Values view_1d(const Array& a, const char* name) {
 
 core::StepVerdict judge(const Array& ms, std::vector<std::string> stages, std::int64_t step,
                         const core::VerdictConfig& config, const std::optional<std::vector<std::int32_t>>& groups) {
-  if (ms.ndim() != 2) throw std::invalid_argument("ms must be a 2-D (ranks x stages) array, got " + std::to_string(ms.ndim()) + "-D");
-  if (static_cast<std::size_t>(ms.shape(1)) != stages.size()) {
-    throw std::invalid_argument("ms has " + std::to_string(ms.shape(1)) + " columns but " +
-                                std::to_string(stages.size()) + " stage names were given");
-  }
-  const auto ranks = static_cast<std::int32_t>(ms.shape(0));
-  std::vector<double> values(ms.data(), ms.data() + ms.size());
+  const auto matrix = step_matrix(ms, std::move(stages), step);
   py::gil_scoped_release release;  // the verdict never touches Python objects
-  const auto matrix = core::StepMatrix::from_rows(step, ranks, std::move(stages), std::move(values));
   return groups ? core::judge_step(matrix, config, *groups) : core::judge_step(matrix, config);
 }
 
@@ -59,6 +52,16 @@ py::tuple collective_waits(const Array& durations_ms) {
 }
 
 }  // namespace
+
+core::StepMatrix step_matrix(const DoubleArray& ms, std::vector<std::string> stages, std::int64_t step) {
+  if (ms.ndim() != 2) throw std::invalid_argument("ms must be a 2-D (ranks x stages) array, got " + std::to_string(ms.ndim()) + "-D");
+  if (static_cast<std::size_t>(ms.shape(1)) != stages.size()) {
+    throw std::invalid_argument("ms has " + std::to_string(ms.shape(1)) + " columns but " +
+                                std::to_string(stages.size()) + " stage names were given");
+  }
+  std::vector<double> values(ms.data(), ms.data() + ms.size());
+  return core::StepMatrix::from_rows(step, static_cast<std::int32_t>(ms.shape(0)), std::move(stages), std::move(values));
+}
 
 void bind_core(py::module_& m) {
   m.def("nan_mean", [](const Array& a) { return core::nan_mean(view_1d(a, "values")); }, py::arg("values"),

@@ -8,5 +8,6 @@ PYBIND11_MODULE(_core, m) {
   relax_straggler::python::bind_detect(m);
   relax_straggler::python::bind_attribute(m);
   relax_straggler::python::bind_ingest(m);
+  relax_straggler::python::bind_confirm(m);
   relax_straggler::python::bind_whatif(m);
 }

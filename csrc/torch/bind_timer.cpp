@@ -80,6 +80,8 @@ void bind_timer(py::module_& m) {
       .def_property_readonly("sampled", &StageTimer::sampled)
       .def_property_readonly("num_stages", &StageTimer::num_stages)
       .def_property_readonly("interval", &StageTimer::interval)
+      .def("set_interval", &StageTimer::set_interval, py::arg("interval"),
+           "Samples every interval-th step from the next begin_step on. Raises ValueError when < 1.")
       .def_property_readonly("device", &StageTimer::device)
       .def_property_readonly("read_points", &StageTimer::read_points)
       .def_property_readonly("events_recorded", &StageTimer::events_recorded)

@@ -84,6 +84,12 @@ StageTimer::Pair* StageTimer::pair_of(std::vector<Pair>& pairs, std::int64_t tok
   return &pairs[index];
 }
 
+void StageTimer::set_interval(std::int64_t interval) {
+  if (interval < 1) throw std::invalid_argument("interval must be >= 1, got " + std::to_string(interval));
+  std::lock_guard<std::mutex> lock(mu_);
+  interval_ = interval;
+}
+
 bool StageTimer::begin_step(std::int64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
   reset_step_state();

@@ -80,6 +80,9 @@ class StageTimer {
 
   int num_stages() const { return num_stages_; }
   std::int64_t interval() const { return interval_; }
+  // Samples every `interval`-th step from the next begin_step on (runtime control; every
+  // rank switches at the same step). Throws std::invalid_argument when interval < 1.
+  void set_interval(std::int64_t interval);
   const char* device() const { return pool_->device(); }
 
   // Counters for the overhead proof and for reporting every loss (lifetime totals).
@@ -113,7 +116,7 @@ class StageTimer {
   double offset_ms(std::size_t slot);  // from the step's first event (valid in end_step)
 
   const int num_stages_;
-  const std::int64_t interval_;
+  std::int64_t interval_;  // guarded by mu_ (read by begin_step, written by set_interval)
   const std::int64_t warmup_steps_;
   std::unique_ptr<EventPool> pool_;
 

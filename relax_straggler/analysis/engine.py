@@ -29,6 +29,7 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.analysis.config import AnalyzeConfig
+from relax_straggler.analysis.confirmed import ConfirmedSummary, ConfirmedTally
 from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.minmax import MinMaxSummary
 from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes
@@ -116,6 +117,7 @@ class RunResult:
     per_token: bool
     minmax: MinMaxSummary
     ensemble: Optional[EnsembleVotes]  # the window detector's votes (AnalyzeConfig.ensemble_steps), or None
+    confirmed: Optional[ConfirmedSummary]  # the live analyzer's confirmed verdict over the steps, or None
 
 
 class _Run:
@@ -132,6 +134,7 @@ class _Run:
         self.has_p2p = False
         self.per_token = False
         self.history = StepHistory(topology.world_size, config.ensemble_steps) if config.ensemble_steps else None
+        self.confirmed = ConfirmedTally(config)
 
     def add(self, step: StepTimes, path: str) -> None:
         topo = self.topology
@@ -160,6 +163,7 @@ class _Run:
         if np.isfinite(step.step_ms):
             self.step_ms.append(step.step_ms)
         self._fold_rank_stats(step, ms, wm, self.attributor.peer_refs(sa))
+        self.confirmed.add(step.step, step.ranks, ms, wm.pp_of_row)
         if self.history is not None:
             self.history.add(step.ranks, ms)
 
@@ -226,6 +230,7 @@ def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_n
         has_p2p=run is not None and run.has_p2p,
         per_token=run is not None and run.per_token,
         minmax=minmax,
+        confirmed=None if run is None else run.confirmed.summary(),
         ensemble=None if run is None or run.history is None else run_ensemble(run.history, run.topology,
                                                                               ranks=np.flatnonzero(run.seen)),
     )

@@ -287,6 +287,7 @@ def build_analysis(result: RunResult) -> Analysis:
         late_arrivals=tuple(late),
         per_rank=per_rank,
         ensemble=result.ensemble,
+        confirmed=result.confirmed,
         min_max=None if result.minmax.steps == 0 else {
             "steps": result.minmax.steps,
             "stages": result.minmax.stages(result.config.relative_threshold, result.config.absolute_ms_threshold)},

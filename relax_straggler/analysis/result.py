@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from relax_straggler.analysis.confirmed import ConfirmedSummary
 from relax_straggler.analysis.ensemble import EnsembleVotes
 
 
@@ -154,6 +155,7 @@ class Analysis:
     late_arrivals: tuple[LateArrivalCount, ...]
     per_rank: tuple[RankScore, ...]
     ensemble: Optional[EnsembleVotes]
+    confirmed: Optional[ConfirmedSummary]  # the live analyzer's confirmed verdict over the steps
     min_max: Optional[dict[str, Any]]
     limitations: tuple[str, ...]
 

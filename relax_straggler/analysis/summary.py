@@ -11,9 +11,12 @@ output and the input of the terminal report and the heatmap.
                     compute ms over its replicas' median, time-weighted over the compute stages),
                     slowdown and mean ms per stage,
      "ensemble":    the six-clusterer window detector's votes (--ensemble-steps), or null,
+     "confirmed":   the live analyzer's confirmed verdict over the steps: statuses (steps per
+                    state), final_status, stragglers [{rank, stage, since_step, steps,
+                    median_ratio, cause}], or null,
      "min_max":     stage spreads of min/max-only logs, or null,
      "limitations": what this input cannot conclude,
-     "whatif":      (inputs with per-op records, added by whatif_summary) the what-if replay's
+     "whatif":      (inputs with per-op records, added by analysis/whatif.py) the what-if replay's
                     slowdown S, top_worker {dp_rank, stage, score}, give_back (M_W), m_s,
                     simulation_error, summary; or {"error": why it could not replay}}
 
@@ -27,10 +30,9 @@ evidence (readable lines).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from relax_straggler.analysis.engine import RunResult
-from relax_straggler.readers import OP_FORMATS, InputError, Source
 from relax_straggler.analysis.findings import build_analysis
 from relax_straggler.analysis.result import Analysis, RankScore, Verdict
 from relax_straggler.serialization import json_safe
@@ -52,6 +54,7 @@ def summary_dict(analysis: Analysis) -> dict:
         "late_arrivals": [_fields(x) for x in analysis.late_arrivals],
         "per_rank": [],
         "ensemble": None if analysis.ensemble is None else analysis.ensemble.to_dict(),
+        "confirmed": _fields(analysis.confirmed),
         "min_max": analysis.min_max,
         "limitations": list(analysis.limitations),
     })
@@ -80,18 +83,3 @@ def verdict_dict(v: Verdict) -> dict:
 def _rank(r: RankScore) -> dict:
     return {"rank": r.rank, "dp_rank": r.dp_rank, "pp_rank": r.pp_rank, "tp_rank": r.tp_rank, "node": r.node,
             "score": r.score, "compute_slowdown": r.compute_slowdown, "slowdown": r.slowdown, "mean_ms": r.mean_ms}
-
-
-def whatif_summary(source: Source) -> Optional[dict]:
-    """The what-if figures (relax_straggler.whatif, docs/WHATIF.md) of a source opened with
-    ops=True and read to its end; None when it has no per-op records. A trace the replay
-    cannot model gives {"error": message} instead of failing the analysis."""
-    if source.format not in OP_FORMATS:
-        return None
-    from relax_straggler.whatif import analyze_records
-    from relax_straggler.whatif.loader import records_of
-
-    try:
-        return analyze_records(records_of(source), by_worker=False).brief()
-    except InputError as exc:
-        return {"error": str(exc)}

@@ -50,6 +50,10 @@ def render(summary: dict, console: Console) -> None:
         head.add_row("problems", f"[yellow]{problems['total']} skipped records ({kinds})[/]")
     console.print(Panel(head, title="relax-straggler analyze", expand=True))
     console.print(f"[{STATUS_STYLE[verdict['status']]}]{verdict['status'].upper()}[/]: {verdict['summary']}")
+    confirmed = summary.get("confirmed")
+    if confirmed is not None:
+        console.print(f"confirmed verdict (the live decision over the steps): {_confirmed_line(confirmed, inp['steps'])}",
+                      highlight=False)
     whatif = summary.get("whatif")
     if whatif is not None:
         console.print(f"what-if: {whatif['summary']} (M_S {whatif['m_s'] * 100:.0f} %, simulation error "
@@ -95,3 +99,13 @@ def render(summary: dict, console: Console) -> None:
         console.print(f"[dim]note: {line}[/]")
     for line in problems["first"][:5]:
         console.print(f"[yellow]problem:[/] {line}")
+
+
+def _confirmed_line(confirmed: dict, steps: int) -> str:
+    found = confirmed["stragglers"]
+    if not found:
+        return f"no straggler confirmed in {steps} steps (final state: {confirmed['final_status']})"
+    top = found[0]
+    more = f"; {len(found) - 1} more" if len(found) > 1 else ""
+    return (f"straggler rank {top['rank']} in {top['stage']} from step {top['since_step']} (named in {top['steps']} "
+            f"steps, {top['median_ratio']:.2f}x its group; cause: {top['cause']}){more}")

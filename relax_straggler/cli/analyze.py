@@ -11,7 +11,7 @@ import json
 import sys
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.cli.inputs import FORMATS, add_input_arguments, topology_from_args
+from relax_straggler.cli.inputs import FORMATS, add_input_arguments, read_reporting_errors, topology_from_args
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args
 from relax_straggler.serialization import json_safe
 
@@ -43,11 +43,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from relax_straggler.analysis import analyze, build_summary, render
-    from relax_straggler.analysis.summary import whatif_summary
-    from relax_straggler.readers import InputError, open_source
+    from relax_straggler.analysis.whatif import whatif_summary
+    from relax_straggler.readers import open_source
 
     err = Console(stderr=True)
-    try:
+
+    def read() -> dict:
         config = config_from_args(AnalyzeConfig, args)
         config.engine_config()
         topology = topology_from_args(args)
@@ -63,16 +64,11 @@ def run(args: argparse.Namespace) -> int:
         whatif = None if args.no_whatif else whatif_summary(source)
         if whatif is not None:
             summary["whatif"] = json_safe(whatif)
-    except InputError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 1
-    except OSError as exc:
-        err.print(f"[red]error:[/] cannot read {exc.filename or args.path}: {exc.strerror or exc}", highlight=False,
-                  soft_wrap=True)
-        return 1
-    except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 2
+        return summary
+
+    code, summary = read_reporting_errors(err, args.path, read)
+    if code is not None:
+        return code
     text = json.dumps(summary, indent=2, allow_nan=False)
     try:
         if args.json_path:

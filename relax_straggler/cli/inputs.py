@@ -5,7 +5,9 @@ and row of each skipped record."""
 from __future__ import annotations
 
 import argparse
-from typing import Optional
+from typing import Any, Callable, Optional, TypeVar
+
+T = TypeVar("T")
 
 FORMATS = ("straggler-jsonl", "megatron-log", "chrome-trace", "parquet-trace")
 
@@ -22,6 +24,26 @@ def add_input_arguments(parser: argparse.ArgumentParser, formats: tuple[str, ...
     io.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
     io.add_argument("--tp", type=int, default=None, help="tensor-parallel size")
     io.add_argument("--ranks-per-node", type=int, default=None, help="ranks per node, to name nodes")
+
+
+def read_reporting_errors(err: Any, path: str, read: Callable[[], T]) -> tuple[Optional[int], Optional[T]]:
+    """(None, read()), or (exit code, None) after printing the error on the rich console
+    `err`: 1 for an input that cannot be read or analysed (InputError, OSError), 2 for a bad
+    argument (ValueError)."""
+    from relax_straggler.readers import InputError
+
+    try:
+        return None, read()
+    except InputError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1, None
+    except OSError as exc:
+        err.print(f"[red]error:[/] cannot read {exc.filename or path}: {exc.strerror or exc}", highlight=False,
+                  soft_wrap=True)
+        return 1, None
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 2, None
 
 
 def topology_from_args(args: argparse.Namespace):

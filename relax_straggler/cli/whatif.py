@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from relax_straggler.cli.inputs import add_input_arguments, print_problems, topology_from_args
+from relax_straggler.cli.inputs import add_input_arguments, print_problems, read_reporting_errors, topology_from_args
 
 INPUT_FORMATS = ("chrome-trace", "parquet-trace", "op-jsonl")
 
@@ -41,24 +41,19 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from relax_straggler.readers import InputError
     from relax_straggler.whatif import analyze_records, read_op_input
 
     err = Console(stderr=True)
-    try:
+
+    def read():
         op_input = read_op_input(args.path, args.input_format, strict=args.strict, topology=topology_from_args(args),
                                  meta=args.meta)
-        report = analyze_records(op_input.records, by_worker=not args.no_by_worker, threads=args.threads)
-    except InputError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 1
-    except OSError as exc:
-        err.print(f"[red]error:[/] cannot read {exc.filename or args.path}: {exc.strerror or exc}", highlight=False,
-                  soft_wrap=True)
-        return 1
-    except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 2
+        return op_input, analyze_records(op_input.records, by_worker=not args.no_by_worker, threads=args.threads)
+
+    code, done = read_reporting_errors(err, args.path, read)
+    if code is not None:
+        return code
+    op_input, report = done
     problems = None if op_input.source is None else op_input.source.problems
     try:
         if args.heatmap or args.ideal_timeline:

@@ -11,20 +11,23 @@ import time
 import torch
 
 
-def parse_delays(specs: list[str], world: int) -> list[tuple[int, str, float]]:
-    """Parses --inject-delay RANK:STAGE:MS specs. Raises ValueError naming the bad spec."""
+def parse_delays(specs: list[str], world: int) -> list[tuple[int, str, float, int]]:
+    """Parses --inject-delay RANK:STAGE:MS[:FROM] specs into (rank, stage, ms, first step).
+    Raises ValueError naming the bad spec."""
     out = []
     for spec in specs:
         try:
-            rank_s, stage, ms_s = spec.split(":")
+            rank_s, stage, ms_s, *rest = spec.split(":")
             rank, ms = int(rank_s), float(ms_s)
+            (first,) = [int(x) for x in rest] or [0]
         except ValueError:
-            raise ValueError(f"--inject-delay {spec!r}: expected RANK:STAGE:MS, e.g. 1:forward:30") from None
+            raise ValueError(f"--inject-delay {spec!r}: expected RANK:STAGE:MS[:FROM], e.g. 1:forward:30 or "
+                             "1:forward:30:100") from None
         if stage not in ("forward", "backward", "optimizer", "data"):
             raise ValueError(f"--inject-delay {spec!r}: STAGE must be forward, backward, optimizer or data")
-        if not 0 <= rank < world or not (math.isfinite(ms) and ms >= 0):
-            raise ValueError(f"--inject-delay {spec!r}: RANK must be in [0, {world}) and MS >= 0")
-        out.append((rank, stage, ms))
+        if not 0 <= rank < world or not (math.isfinite(ms) and ms >= 0) or first < 0:
+            raise ValueError(f"--inject-delay {spec!r}: RANK must be in [0, {world}), MS >= 0 and FROM >= 0")
+        out.append((rank, stage, ms, first))
     return out
 
 

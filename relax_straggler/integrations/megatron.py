@@ -11,6 +11,10 @@ timing and logging go on unchanged. Because the schedules only look at
 built on its ``forward_step`` / ``backward_step`` (Relax's streaming schedules) without
 patching Megatron-Core.
 
+On sampled steps the compute and p2p timers (and the gradient sync) are also recorded as
+per-op data (relax_straggler.op_records) for the live what-if replay, each rank tagged with
+its (dp_rank, pp stage) from Megatron-Core's parallel state (docs/WHATIF.md, "Live").
+
 `install()` puts it together for a Megatron training loop:
 
     analysis = install(model_chunks, optimizer, config=from_args(args))
@@ -41,6 +45,8 @@ from relax_straggler.analyzer import install as install_analyzer
 from relax_straggler.config import StragglerConfig
 from relax_straggler.megatron_timers import live_stage
 from relax_straggler.module_stages import ModuleStageHooks
+from relax_straggler.op_records import OpRecorder
+from relax_straggler.payload import DEFAULT_MAX_OPS, OP_TYPE_IDS
 from relax_straggler.stages import stage_id
 
 log = logging.getLogger(__name__)
@@ -69,28 +75,37 @@ class _NullTimer:
 
 
 _NULL_TIMER = _NullTimer()
+_COMPUTE_OPS = frozenset(OP_TYPE_IDS[n] for n in ("forward-compute", "backward-compute"))
 
 
 class _StageView:
-    """One named timer: opens/closes a stage and forwards to the chained timer.
+    """One named timer: opens/closes a stage and forwards to the chained timer; a name of
+    the per-op vocabulary (relax_straggler.payload.OP_TYPES) is also recorded as an op.
 
     Start: chained timer first (its barrier and synchronize stay outside our section);
     stop: ours first. Any other attribute (elapsed, reset, ...) is the chained timer's.
     """
 
-    __slots__ = ("_timer", "_sid", "_inner")
+    __slots__ = ("_timer", "_sid", "_inner", "_ops", "_code", "_numbered")
 
-    def __init__(self, timer: Any, sid: int, inner: Any) -> None:
+    def __init__(self, timer: Any, sid: int, inner: Any, ops: Optional[OpRecorder] = None, code: int = -1) -> None:
         self._timer = timer
         self._sid = sid
         self._inner = inner
+        self._ops = ops if code >= 0 else None
+        self._code = code
+        self._numbered = code in _COMPUTE_OPS  # the k-th compute of a step is microbatch k
 
     def start(self, barrier: bool = False) -> None:
         if self._inner is not None:
             self._inner.start(barrier=barrier)
         self._timer.start(self._sid)
+        if self._ops is not None:
+            self._ops.start(self._code, numbered=self._numbered)
 
     def stop(self, barrier: bool = False) -> None:
+        if self._ops is not None:
+            self._ops.stop(self._code)
         self._timer.stop(self._sid)
         if self._inner is not None:
             self._inner.stop(barrier=barrier)
@@ -103,7 +118,8 @@ class MegatronTimers:
     """The interface Megatron-Core expects of ``config.timers``, feeding stage sections.
 
     timer: an analyzer's StageTimer (``analyzer.timer``). inner: the Timers object to
-    chain to (Megatron's ``Timers``) or None. stages: {timer name: stage} to use instead
+    chain to (Megatron's ``Timers``) or None. ops: the analyzer's per-op recorder
+    (``analyzer.ops``), or None to record no ops. stages: {timer name: stage} to use instead
     of the Megatron vocabulary (relax_straggler.megatron_timers.live_stage); every stage
     must be in relax_straggler.STAGES (ValueError otherwise).
     ``timers(name, log_level=None)`` returns a timer with start/stop(barrier=False);
@@ -111,9 +127,11 @@ class MegatronTimers:
     other Timers method go to the chained object, or do nothing without one.
     """
 
-    def __init__(self, timer: Any, inner: Any = None, stages: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(self, timer: Any, inner: Any = None, stages: Optional[Mapping[str, str]] = None,
+                 ops: Optional[OpRecorder] = None) -> None:
         self._timer = timer
         self._inner = inner
+        self._ops = ops
         if stages is None:
             self._stage_of: Callable[[str], Optional[str]] = live_stage
         else:
@@ -132,7 +150,10 @@ class MegatronTimers:
         if view is None:
             inner = self._inner(name, log_level=log_level) if self._inner is not None else None
             stage = self._stage_of(name)
-            view = _StageView(self._timer, stage_id(stage), inner) if stage is not None else (inner or _NULL_TIMER)
+            # `optimizer` is not recorded as an op: the recorder makes the step's tail that op.
+            code = OP_TYPE_IDS.get(name, -1) if name != "optimizer" else -1
+            view = (_StageView(self._timer, stage_id(stage), inner, self._ops, code)
+                    if stage is not None else (inner or _NULL_TIMER))
             self._views[name] = view
         return view
 
@@ -211,7 +232,7 @@ class MegatronAnalysis:
             return inner
         adapter = self._adapters.get(id(inner))
         if adapter is None:
-            adapter = self._adapters[id(inner)] = MegatronTimers(self.analyzer.timer, inner)
+            adapter = self._adapters[id(inner)] = MegatronTimers(self.analyzer.timer, inner, ops=self.analyzer.ops)
         return adapter
 
     @contextlib.contextmanager
@@ -331,6 +352,18 @@ def _pipeline_rank() -> Optional[int]:
     return int(parallel_state.get_pipeline_model_parallel_rank())
 
 
+def _worker() -> Optional[tuple[int, int]]:
+    """This rank's (data-parallel rank, pipeline stage) from Megatron-Core's parallel state,
+    None when it is not set up."""
+    try:
+        from megatron.core import parallel_state
+    except ImportError:
+        return None
+    if not parallel_state.model_parallel_is_initialized():
+        return None
+    return int(parallel_state.get_data_parallel_rank()), int(parallel_state.get_pipeline_model_parallel_rank())
+
+
 def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer: Any = None, *,
             config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
             group: Optional[dist.ProcessGroup] = None, model_config: Any = None,
@@ -368,11 +401,15 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     if not hasattr(model_config, "timers"):
         raise ValueError(f"relax_straggler: {type(model_config).__name__} has no `timers` field; pass the "
                          "Megatron-Core model config (get_model_config(model[0]))")
-    analyzer_config = config.replace(enable_module_stages=False, device_events=_device_events(config, models))
+    analyzer_config = config.replace(enable_module_stages=False, device_events=_device_events(config, models),
+                                     max_ops=DEFAULT_MAX_OPS if config.max_ops is None else config.max_ops)
     labels = StepLabels(capacity=4 * config.queue_size)
     analyzer = install_analyzer(None, None, config=analyzer_config, group=group,
                                 report_fn=_labelled(report_fn, labels) if report_fn is not None else None,
                                 comparison_group=_pipeline_rank() if comparison_group == "pipeline" else comparison_group)
+    worker = _worker()
+    if worker is not None:
+        analyzer.ops.set_worker(*worker)  # the what-if replay places each rank's ops on its worker
     # The analyzer is given no model: the module hooks are ours, gated to training steps.
     patterns = module_patterns if config.enable_module_stages else None
     analysis = MegatronAnalysis(analyzer, models, model_config, _optimizer_configs(optimizer),

@@ -12,7 +12,7 @@ votes. Its node is the node name its rows carry.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Iterator, Optional
 
 import numpy as np
@@ -63,7 +63,8 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
     """The result of analysing iterations [window.first_iteration, window.last_iteration]
     of `job` with rows not older than `since` (s). Keys: window, verdict, straggler_rank,
     straggler_node, stage, stages, kind, cause, ratio, excess_ms, votes, algorithms,
-    ensemble, evidence, problems, rows, analysis_s, finished_at.
+    ensemble, confirmed (the live analyzer's confirmed verdict over the range's iterations),
+    evidence, problems, rows, analysis_s, finished_at.
     Raises StoreError (store), InputError (no usable row, ranks outside the topology or at
     or beyond MAX_RANKS)."""
     start = time.perf_counter()
@@ -94,6 +95,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
         "votes": votes,
         "algorithms": ensemble.algorithms if voted else None,
         "ensemble": ensemble.to_dict() if ensemble is not None else {},
+        "confirmed": asdict(analysis.confirmed) if analysis.confirmed is not None else None,
         "evidence": evidence[:MAX_EVIDENCE],
         "problems": analysis.input.problems,
         "rows": source.records,

@@ -2,11 +2,14 @@
 
 Line schema: {"step", "time" (unix s), "stages" [names], "device_ms" [[ms per stage]
 per rank], "tokens" [per rank] or null, "stragglers" {stage: [ranks]},
-"likely_bottleneck", "metrics" {...}}. NaN is written as null (strict JSON).
+"likely_bottleneck", "metrics" {...}, "verdict" {"status", "findings" [{rank, group, stage,
+state, since_step, confidence, ratio, persistent, by_window, facts {...}, cause}],
+"unjudged_ranks"} or null}. NaN is written as null (strict JSON).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -35,6 +38,10 @@ class JsonlSink:
             "stragglers": {k: list(v) for k, v in report.stragglers.items() if v},
             "likely_bottleneck": report.likely_bottleneck,
             "metrics": report.metrics,
+            "verdict": None if report.verdict is None else {
+                "status": report.verdict.status,
+                "findings": [dataclasses.asdict(f) for f in report.verdict.findings],
+                "unjudged_ranks": list(report.verdict.unjudged_ranks)},
         }
         line = json.dumps(json_safe(record), allow_nan=False)
         with self._lock:

@@ -1,4 +1,6 @@
-"""Tallies reports into a run summary: which rank was flagged in which stage, how often."""
+"""Tallies reports into a run summary: the confirmed verdict (which rank was confirmed a
+straggler in which stage, from when, in how many reports) and the per-step RFC flags (which
+rank was flagged in which stage, how often)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,27 @@ class Finding:
                 f"median {self.median_slowdown:.2f}x the reference")
 
 
+@dataclass(frozen=True)
+class Confirmed:
+    """A (rank, stage) the confirmed verdict named a straggler: first_step: the since_step of
+    its first confirmation; reports: reports that named it; reports_after: reports from its
+    first confirmation on; median_ratio: median of its ratio to its group over those reports;
+    cause: the inferred cause most often given."""
+
+    rank: int
+    stage: str
+    first_step: int
+    reports: int
+    reports_after: int
+    median_ratio: float
+    cause: str
+
+    def __str__(self) -> str:
+        return (f"straggler rank {self.rank} confirmed in {self.stage} from step {self.first_step} (named in "
+                f"{self.reports} of {self.reports_after} reports since, median {self.median_ratio:.2f}x its group; "
+                f"cause: {self.cause})")
+
+
 class RunSummary:
     """A sink that keeps counts only (bounded memory whatever the run length)."""
 
@@ -36,11 +59,15 @@ class RunSummary:
         self._ratios: dict[tuple[int, str], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=256))
         self._bottlenecks: collections.Counter[str] = collections.Counter()
+        self.statuses: collections.Counter[str] = collections.Counter()  # confirmed-verdict status per report
+        self._confirmed: dict[tuple[int, str], dict] = {}  # (rank, stage) -> first step, report index, ratios, causes
 
     def __call__(self, report: Report) -> None:
         ref = {s: report.metrics[f"straggler/{s}/ref_ms"] for s in report.stages}
         with self._lock:
             self.reports += 1
+            if report.verdict is not None:
+                self._fold_verdict(report)
             if report.likely_bottleneck:
                 self._bottlenecks[report.likely_bottleneck] += 1
             for j, stage in enumerate(report.stages):
@@ -50,8 +77,35 @@ class RunSummary:
                     if ref[stage] > 0:
                         self._ratios[(rank, stage)].append(report.judged_ms[rank, j] / ref[stage])
 
+    def _fold_verdict(self, report: Report) -> None:
+        self.statuses[report.verdict.status] += 1
+        for f in report.verdict.findings:
+            if f.state != "straggler" or f.rank < 0:
+                continue
+            entry = self._confirmed.setdefault((f.rank, f.stage), {
+                "first_step": f.since_step, "first_report": self.reports, "reports": 0,
+                "ratios": collections.deque(maxlen=256), "causes": collections.Counter()})
+            entry["reports"] += 1
+            entry["ratios"].append(f.ratio)
+            entry["causes"][f.cause] += 1
+
+    def confirmed(self) -> list[Confirmed]:
+        """Every (rank, stage) the confirmed verdict named a straggler, most reports first."""
+        with self._lock:
+            out = [Confirmed(rank, stage, e["first_step"], e["reports"], self.reports - e["first_report"] + 1,
+                             float(np.median(e["ratios"])), e["causes"].most_common(1)[0][0])
+                   for (rank, stage), e in self._confirmed.items()]
+        return sorted(out, key=lambda c: (-c.reports, c.first_step))
+
+    def headline(self) -> str:
+        """The run's one-line verdict."""
+        confirmed = self.confirmed()
+        if confirmed:
+            return str(confirmed[0])
+        return f"no straggler confirmed in {self.reports} reports"
+
     def findings(self) -> list[Finding]:
-        """(rank, stage) pairs ever flagged, most often flagged first."""
+        """(rank, stage) pairs ever flagged by the per-step RFC rule, most often flagged first."""
         with self._lock:
             return [Finding(rank, stage, n, self._stage_reports[stage],
                             float(np.median(self._ratios[(rank, stage)])) if self._ratios[(rank, stage)] else float("nan"))

@@ -63,10 +63,12 @@ def _from_columns(cols: dict[str, np.ndarray], names: list[str], source: str) ->
         microbatch=cols.get("microbatch", np.full(n, -1)).astype(np.int32),
         chunk=cols.get("chunk", np.full(n, -1)).astype(np.int32), optype_names=[names[i] for i in used],
         rank=cols.get("rank", np.full(n, -1)).astype(np.int64))
-    return _one_rank_per_worker(rec)
+    return one_rank_per_worker(rec)
 
 
-def _one_rank_per_worker(rec: OpRecords) -> OpRecords:
+def one_rank_per_worker(rec: OpRecords) -> OpRecords:
+    """rec with only one rank per worker (dp_rank, stage): the one with the longest total
+    compute (tensor-parallel ranks synchronise every layer, so the slowest sets the pace)."""
     keys = rec.dp_rank.astype(np.int64) * (1 << 20) + rec.stage
     width = int(rec.rank.max()) + 2 if len(rec) else 1
     packed, inverse = np.unique(keys * width + (rec.rank + 1), return_inverse=True)  # 1-D: faster than axis=0

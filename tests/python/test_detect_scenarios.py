@@ -1,5 +1,5 @@
 """The detection-quality scenarios (benchmarks/detection_quality.py), short configuration:
-one seed, 160 sampled steps of 128 ranks. Targets from the issue: no false alarm on a
+one seed, 160 sampled steps of 128 ranks. Targets: no false alarm on a
 healthy run, F1 >= 0.99 for single-rank slowdowns of 10 % and more, a structurally slow
 pipeline stage reported as stage imbalance and not as stragglers."""
 
@@ -29,20 +29,20 @@ def score(sc: dq.Scenario, detector: str) -> dict[str, str]:
     return s.row()
 
 
-@pytest.mark.parametrize("detector", ["ensemble (window, 6 clusterers)", "recommended"])
+@pytest.mark.parametrize("detector", ["ensemble (window, 6 clusterers)", "confirmed verdict"])
 def test_healthy_run_raises_no_alarm(detector):
     assert score(scenario("healthy"), detector)["false alarms / 1k steps"] == "0.0"
 
 
 @pytest.mark.parametrize("pct", [10, 20, 50, 100])
 def test_single_slow_rank_f1(pct):
-    row = score(scenario(f"slow rank {pct} %"), "recommended")
+    row = score(scenario(f"slow rank {pct} %"), "confirmed verdict")
     assert float(row["F1"]) >= 0.99, row
     assert row["false alarms / 1k steps"] == "0.0"
 
 
 def test_slow_node_is_found_whole():
-    row = score(scenario("slow node"), "recommended")
+    row = score(scenario("slow node"), "confirmed verdict")
     assert float(row["recall"]) == 1.0 and float(row["precision"]) == 1.0, row
 
 
@@ -51,14 +51,14 @@ def test_slow_link_is_a_link_not_a_straggler():
     ms = dq.generate(sc, STEPS, SEED)
     ensemble = dq.detectors()["ensemble (window, 6 clusterers)"](ms)
     assert all(not flagged for _, flagged in ensemble)  # no compute straggler anywhere
-    row = score(sc, "recommended")  # which reports link suspects
+    row = score(sc, "confirmed verdict")  # confirmed as a communication link
     assert float(row["F1"]) >= 0.99, row
 
 
 def test_slow_pipeline_stage_is_imbalance_not_stragglers():
     sc = scenario("slow pipeline stage")
     ms = dq.generate(sc, STEPS, SEED)
-    answers = dq.detectors()["recommended"](ms)
+    answers = dq.detectors()["confirmed verdict"](ms)
     assert all(not flagged for _, flagged in answers)
     det = dq.WindowDetector(window=dq.WINDOW, every=dq.EVERY, skip_reports=dq.WARMUP,
                             rank_to_group=[r // dq.PER_GROUP for r in range(dq.RANKS)])

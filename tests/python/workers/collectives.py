@@ -173,7 +173,7 @@ def ddp_run(rank: int) -> dict:
     model = nn.parallel.DistributedDataParallel(Net(0.060 if rank == 2 else 0.0))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     reports, wall = [], []
-    config = StragglerConfig(enabled=True, interval=1, warmup_steps=3, noise_floor_ms=15.0)
+    config = StragglerConfig(enabled=True, interval=1, warmup_steps=3)  # the default noise settings
     analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s: reports.append(m))
     for _ in range(15):
         loss = model(torch.randn(16, 64)).pow(2).mean()
@@ -186,8 +186,9 @@ def ddp_run(rank: int) -> dict:
     walls = torch.tensor(wall[3:]).median().reshape(1)
     gathered = [torch.zeros(1) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, walls)
-    keys = ("straggler/backward/top_rank", "straggler/backward/num_stragglers", "straggler/communication/blamed_rank",
-            "straggler/likely_bottleneck", "straggler/communication/top_rank")
+    keys = ("straggler/backward/top_rank", "straggler/communication/blamed_rank", "straggler/likely_bottleneck",
+            "straggler/communication/top_rank", "straggler/verdict/status", "straggler/verdict/rank",
+            "straggler/verdict/stage", "straggler/verdict/cause")
     return {"reports": [{k: m.get(k) for k in keys} for m in reports],
             "phase_backward_ms": [float(g) for g in gathered]}
 

@@ -1,0 +1,37 @@
+// A comparison group's reference in one stage and one report, and its spread.
+//
+// The reference of a rank is the median of the OTHER ranks of its group (leave one out):
+// in a group of two it is the peer, so one slow rank cannot drag its own reference
+// toward itself (with a plain mean of two, a 2x rank reads 1.33x). Above `sample` ranks
+// the group median is taken over evenly spaced ranks instead; leaving one rank out then
+// moves it by less than the sample's own error, so every rank gets the sample median.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+namespace relax_straggler::core::confirm {
+
+struct GroupReference {
+  std::int32_t count = 0;  // values the reference was taken over
+  double median = std::numeric_limits<double>::quiet_NaN();  // ms
+  // Leave-one-out medians, ms: for a rank above the median, below it, or equal to it.
+  // NaN with fewer than two values (no peer).
+  double above = std::numeric_limits<double>::quiet_NaN();
+  double below = std::numeric_limits<double>::quiet_NaN();
+  double at = std::numeric_limits<double>::quiet_NaN();
+  // Relative spread this report: median over the values of |t / median - 1| (the MAD
+  // of the ratios) with its small-sample correction, dimensionless; NaN with fewer than
+  // two values.
+  double mad = std::numeric_limits<double>::quiet_NaN();
+
+  // The reference of a rank whose time is t (ms).
+  double of(double t) const { return t > median ? above : (t < median ? below : at); }
+};
+
+// values: the finite times (ms) of one group and stage, reordered in place. exact: the
+// values are the whole group (leave-one-out medians); else a sample of it. O(n).
+GroupReference reference_of(std::vector<double>& values, bool exact);
+
+}  // namespace relax_straggler::core::confirm

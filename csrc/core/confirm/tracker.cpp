@@ -1,0 +1,461 @@
+#include "core/confirm/tracker.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include "core/stats.h"
+
+namespace relax_straggler::core::confirm {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kMadToSigma = 1.4826;  // MAD of a normal distribution x 1.4826 = its sigma
+
+// Whether any row[s] lies above hi[s] or below lo[s] (a NaN time, a stage not run, lies
+// inside). Two stages per step in 128-bit vectors (GCC/Clang vector extensions, SSE2 or
+// NEON): this is the only per-cell work of a report.
+bool outside(const double* row, const double* hi, const double* lo, std::size_t n) {
+  using V = double __attribute__((vector_size(16)));
+  using M = long long __attribute__((vector_size(16)));
+  M hits = {0, 0};
+  std::size_t s = 0;
+  for (; s + 2 <= n; s += 2) {
+    V t, h, l;
+    std::memcpy(&t, row + s, sizeof t);
+    std::memcpy(&h, hi + s, sizeof h);
+    std::memcpy(&l, lo + s, sizeof l);
+    // A true lane of a vector compare is -1: subtracting counts hits (NaN compares false).
+    // An OR would be read as a boolean per lane and scalarised.
+    const M above = t > h, under = t < l;
+    hits = hits - above - under;
+  }
+  bool out = (hits[0] | hits[1]) != 0;
+  for (; s < n; ++s) out = out || row[s] > hi[s] || row[s] < lo[s];
+  return out;
+}
+
+}  // namespace
+
+ConfirmTracker::ConfirmTracker(ConfirmConfig config) : cfg_(std::move(config)) { cfg_.validate(); }
+
+void ConfirmTracker::reset() {
+  reports_ = 0;
+  ranks_ = groups_n_ = 0;
+  stages_.clear();
+  group_.clear();
+  entries_.clear();
+  window_ = WindowEvidence{};
+  window_rank_.clear();
+}
+
+void ConfirmTracker::layout(const StepMatrix& m, const std::vector<std::int32_t>& groups) {
+  const std::size_t S = m.num_stages();
+  std::int32_t max_id = 0;
+  for (std::size_t r = 0; r < groups.size(); ++r) max_id = std::max(max_id, groups[r]);
+  groups_n_ = max_id + 1;
+  ranks_ = m.num_ranks;
+  stages_ = m.stages;
+  group_ = groups.empty() ? std::vector<std::int32_t>(static_cast<std::size_t>(ranks_), 0) : groups;
+  roles_.assign(S, Role::kCompute);
+  scaled_.assign(S, 0);
+  data_stage_ = -1;
+  for (std::size_t s = 0; s < S; ++s) {
+    const std::string& name = m.stages[s];
+    if (m.kinds[s] == StageKind::kCommunication) {
+      const bool p2p = std::find(cfg_.p2p_stages.begin(), cfg_.p2p_stages.end(), name) != cfg_.p2p_stages.end();
+      roles_[s] = p2p ? Role::kP2p : Role::kCollective;
+    } else {
+      scaled_[s] = std::find(cfg_.workload_stages.begin(), cfg_.workload_stages.end(), name) !=
+                   cfg_.workload_stages.end();
+      if (name == cfg_.data_stage) data_stage_ = static_cast<std::int32_t>(s);
+    }
+  }
+  // Rows bucketed by group once per run (counting sort): each group is one contiguous run.
+  group_start_.assign(static_cast<std::size_t>(groups_n_) + 1, 0);
+  for (std::int32_t g : group_) ++group_start_[static_cast<std::size_t>(g) + 1];
+  for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) group_start_[g + 1] += group_start_[g];
+  group_rows_.assign(static_cast<std::size_t>(ranks_), 0);
+  std::vector<std::int32_t> fill(group_start_.begin(), group_start_.end() - 1);
+  for (std::int32_t r = 0; r < ranks_; ++r) group_rows_[static_cast<std::size_t>(fill[static_cast<std::size_t>(group_[static_cast<std::size_t>(r)])]++)] = r;
+  // The rows a group's reference is taken over: all of them up to reference_sample,
+  // else that many evenly spaced.
+  const auto cap = static_cast<std::size_t>(cfg_.reference_sample);
+  sample_start_.assign(static_cast<std::size_t>(groups_n_) + 1, 0);
+  sample_rows_.clear();
+  for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
+    const auto n = static_cast<std::size_t>(group_start_[g + 1] - group_start_[g]);
+    const std::size_t take = std::min(n, cap);
+    for (std::size_t i = 0; i < take; ++i) sample_rows_.push_back(group_rows_[static_cast<std::size_t>(group_start_[g]) + i * n / take]);
+    sample_start_[g + 1] = static_cast<std::int32_t>(sample_rows_.size());
+  }
+  unjudged_.clear();
+  for (std::int32_t r = 0; r < ranks_; ++r) {
+    const auto g = static_cast<std::size_t>(group_[static_cast<std::size_t>(r)]);
+    if (group_start_[g + 1] - group_start_[g] == 1) unjudged_.push_back(r);
+  }
+  const std::size_t GS = static_cast<std::size_t>(groups_n_) * S;
+  refs_.assign(GS, GroupReference{});
+  hi_.assign(GS, kInf);
+  lo_.assign(GS, -kInf);
+  noise_ring_.assign(GS * static_cast<std::size_t>(cfg_.noise_memory), 0.0f);
+  noise_count_.assign(GS, 0);
+  sigma_.assign(GS, cfg_.min_noise);
+  busy_.assign(GS, 0);
+  spike_rate_.assign(GS, 0.0);
+  spikes_.assign(GS, 0);
+  late_groups_.assign(GS, 0);
+  hi_ms_.assign(GS, kInf);
+  lo_ms_.assign(GS, -kInf);
+  imbalance_.assign(S, Imbalance{});
+  entries_.clear();
+  reports_ = 0;
+}
+
+void ConfirmTracker::take_window(const WindowEvidence& w) {
+  window_ = w;
+  window_rank_.clear();
+  for (std::size_t i = 0; i < window_.anomalies.size(); ++i) window_rank_[window_.anomalies[i].rank] = i;
+}
+
+bool ConfirmTracker::judged(std::size_t gs) const {
+  const GroupReference& g = refs_[gs];
+  return noise_count_[gs] >= cfg_.min_reports && g.count >= 2 && g.median > 0.0;
+}
+
+double ConfirmTracker::sigma(std::size_t gs) const { return sigma_[gs]; }
+
+void ConfirmTracker::references(const double* ms) {
+  const std::size_t S = stages_.size();
+  budget_ms_ = 0.0;
+  for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
+    double compute_ms = 0.0, collective_ms = 0.0;
+    const std::int32_t* rows = sample_rows_.data() + sample_start_[g];
+    const auto take = static_cast<std::size_t>(sample_start_[g + 1] - sample_start_[g]);
+    const bool exact = group_start_[g + 1] - group_start_[g] <= cfg_.reference_sample;
+    for (std::size_t s = 0; s < S; ++s) {
+      values_.clear();
+      for (std::size_t i = 0; i < take; ++i) {
+        const double t = ms[static_cast<std::size_t>(rows[i]) * S + s];
+        if (!std::isnan(t)) values_.push_back(t);
+      }
+      const std::size_t gs = g * S + s;
+      refs_[gs] = reference_of(values_, exact);
+      if (std::isfinite(refs_[gs].median)) {
+        if (roles_[s] == Role::kCompute) compute_ms += refs_[gs].median;
+        if (roles_[s] == Role::kCollective) collective_ms = std::max(collective_ms, refs_[gs].median);
+      }
+      hi_[gs] = kInf;
+      lo_[gs] = -kInf;
+      if (!judged(gs) || roles_[s] == Role::kP2p) continue;
+      const double med = refs_[gs].median, band = cfg_.noise_sigmas * sigma(gs);
+      // Minimum effect (RFC rule) and noise band, both as ratios to the reference.
+      hi_[gs] = std::max(std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / med), 1.0 + band);
+      if (roles_[s] == Role::kCollective) {
+        lo_[gs] = std::min(std::max(1.0 / cfg_.relative_threshold, 1.0 - cfg_.absolute_ms_threshold / med), 1.0 - band);
+      }
+    }
+    // The group's typical step: its compute plus its longest collective stage (the
+    // collective stages overlap: `communication` is the union of the per-op ones).
+    budget_ms_ = std::max(budget_ms_, compute_ms + collective_ms);
+  }
+}
+
+void ConfirmTracker::scan(const double* ms) {
+  const std::size_t S = stages_.size();
+  // The bands in ms. A rank is slow only above the median, where its leave-one-out
+  // reference is `above` (or `at`), and late only below it: a cell inside both ms bounds
+  // cannot be an outlier, so the pass over the matrix is two compares per cell, without
+  // branches the data decides; the few cells outside are checked exactly.
+  for (std::size_t gs = 0; gs < refs_.size(); ++gs) {
+    const GroupReference& g = refs_[gs];
+    hi_ms_[gs] = hi_[gs] < kInf ? hi_[gs] * std::min(g.above, g.at) : kInf;
+    lo_ms_[gs] = lo_[gs] > -kInf ? lo_[gs] * std::max(g.below, g.at) : -kInf;
+  }
+  outliers_.clear();
+  for (std::size_t r = 0; r < static_cast<std::size_t>(ranks_); ++r) {
+    const std::size_t base = static_cast<std::size_t>(group_[r]) * S;
+    const double* __restrict row = ms + r * S;
+    const double* __restrict hi = hi_ms_.data() + base;
+    const double* __restrict lo = lo_ms_.data() + base;
+    if (!outside(row, hi, lo, S)) continue;
+    for (std::size_t s = 0; s < S; ++s) {
+      const double t = row[s];
+      if (!(t > hi[s] || t < lo[s])) continue;
+      const double x = t / refs_[base + s].of(t);
+      if (!(x > hi_[base + s] || x < lo_[base + s])) continue;
+      const Dir dir = roles_[s] == Role::kCompute ? Dir::kSlow : (x > 1.0 ? Dir::kLink : Dir::kLate);
+      outliers_.push_back((static_cast<std::int64_t>(r * S + s)) * 3 + static_cast<std::int64_t>(dir));
+    }
+  }
+}
+
+ConfirmTracker::Entry& ConfirmTracker::entry(std::int32_t rank, std::int32_t stage, Dir dir) {
+  const std::int64_t key = (static_cast<std::int64_t>(rank) * static_cast<std::int64_t>(stages_.size()) + stage) * 3 +
+                           static_cast<std::int64_t>(dir);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) {
+    Entry e;
+    e.rank = rank;
+    e.stage = stage;
+    e.dir = dir;
+    it = entries_.emplace(key, std::move(e)).first;
+  }
+  return it->second;
+}
+
+void ConfirmTracker::evaluate(Entry& e, const double* ms) {
+  const std::size_t S = stages_.size(), s = static_cast<std::size_t>(e.stage);
+  const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S + s;
+  const std::size_t cell = static_cast<std::size_t>(e.rank) * S + s;
+  e.strong = e.weak = e.window_ok = e.mean_agrees = false;
+  e.votes = 0;
+  e.wait_caused_ms = 0.0;
+  e.waiting.clear();
+  e.named = false;
+  if (e.dir == Dir::kLink) {
+    e.named = std::find(window_.link_suspects.begin(), window_.link_suspects.end(), e.rank) != window_.link_suspects.end();
+  } else if (auto it = window_rank_.find(e.rank); it != window_rank_.end()) {
+    const WindowRank& w = window_.anomalies[it->second];
+    e.named = w.stages.empty() ? roles_[s] == Role::kCompute
+                               : std::find(w.stages.begin(), w.stages.end(), stages_[s]) != w.stages.end();
+    if (e.named) e.votes = w.votes;
+  }
+  const double t = ms[cell];
+  e.finite = !std::isnan(t) && judged(gs);
+  if (!e.finite) return;
+  const double ref = refs_[gs].of(t);
+  const double x = t / ref, sig = sigma(gs);
+  e.t = t;
+  e.ref = ref;
+  // Median ratio over the reports tracked (at most history) and its standard error
+  // (1.2533 sigma / sqrt(n) for normal noise). The median, not the mean: one scheduling
+  // spike of a 1 ms stage (10x for a report) must not hold a rank above its group.
+  const auto H = static_cast<std::size_t>(cfg_.history);
+  if (e.ratios.size() != H) e.ratios.assign(H, 0.0);
+  e.ratios[static_cast<std::size_t>(e.ratios_n) % H] = x;
+  ++e.ratios_n;
+  const std::size_t n = std::min(static_cast<std::size_t>(e.ratios_n), H);
+  values_.assign(e.ratios.begin(), e.ratios.begin() + static_cast<std::ptrdiff_t>(n));
+  const double mean = nan_median(Values(values_), median_scratch_);
+  const double band = cfg_.window_sigmas * 1.2533 * sig / std::sqrt(static_cast<double>(n));
+  const bool enough = n >= static_cast<std::size_t>(cfg_.confirm_reports);
+  // The impact rule: an excess too small against the step cannot be the job's problem.
+  const double excess_ms = e.dir == Dir::kLate ? ref - t : t - ref;
+  const bool matters = excess_ms >= cfg_.min_impact * budget_ms_;
+  if (e.dir == Dir::kLate) {
+    e.ratio = ref / t;
+    e.mean = 1.0 / mean;
+    e.strong = matters && x < lo_[gs];
+    e.weak = x < 1.0 - sig;
+    e.mean_agrees = enough && mean <= 1.0 - band;
+  } else {
+    e.ratio = x;
+    e.mean = mean;
+    e.strong = matters && x > hi_[gs];
+    e.weak = x > 1.0 + sig;
+    e.mean_agrees = enough && mean >= 1.0 + band;
+  }
+  e.window_ok = e.named && e.mean_agrees;
+}
+
+void ConfirmTracker::add_waiting(Entry& culprit, std::int32_t rank) {
+  // A rank waits in several collective stages (communication and communication/<op>): once.
+  if (std::find(culprit.waiting.begin(), culprit.waiting.end(), rank) == culprit.waiting.end()) {
+    culprit.waiting.push_back(rank);
+  }
+}
+
+void ConfirmTracker::trace_blame(const double* ms) {
+  const std::size_t S = stages_.size();
+  // Whether a rank waited on a pipeline peer: a p2p time beyond its group's band.
+  const auto waited = [&](std::int32_t rank) {
+    for (std::size_t s = 0; s < S; ++s) {
+      if (roles_[s] != Role::kP2p) continue;
+      const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(rank)]) * S + s;
+      const double t = ms[static_cast<std::size_t>(rank) * S + s];
+      if (std::isnan(t) || !judged(gs)) continue;
+      const double med = refs_[gs].median;
+      const double band = std::max(std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / med),
+                                   1.0 + cfg_.noise_sigmas * sigma(gs));
+      if (t / refs_[gs].of(t) > band) return true;
+    }
+    return false;
+  };
+  slow_.clear();
+  std::fill(late_groups_.begin(), late_groups_.end(), 0);
+  for (auto& [key, e] : entries_) {
+    (void)key;
+    if (!e.finite) continue;
+    const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S +
+                           static_cast<std::size_t>(e.stage);
+    if (e.dir == Dir::kLate && e.strong) late_groups_[gs] = 1;
+    if (e.dir != Dir::kSlow || !(e.strong || e.window_ok || e.state == State::kStraggler)) continue;
+    const double excess = e.t - e.ref;
+    auto it = std::find_if(slow_.begin(), slow_.end(), [&](const SlowRank& x) { return x.rank == e.rank; });
+    if (it == slow_.end()) {
+      slow_.push_back(SlowRank{e.rank, group_[static_cast<std::size_t>(e.rank)], e.stage, excess, false});
+    } else if (excess > it->excess_ms) {
+      it->stage = e.stage;
+      it->excess_ms = excess;
+    }
+  }
+  for (SlowRank& x : slow_) x.waited = waited(x.rank);
+  for (auto& [key, e] : entries_) {
+    (void)key;
+    if (!e.finite) continue;
+    const std::int32_t g = group_[static_cast<std::size_t>(e.rank)];
+    if (e.dir == Dir::kLink && late_groups_[static_cast<std::size_t>(g) * S + static_cast<std::size_t>(e.stage)]) {
+      e.strong = e.weak = e.window_ok = false;  // long because it waited on a late peer
+      continue;
+    }
+    if (e.dir == Dir::kLink && !slow_.empty()) {
+      // Long while some rank computes slowly: its wait, through a group we may not see.
+      e.strong = e.weak = e.window_ok = false;
+      const SlowRank& culprit = *std::max_element(slow_.begin(), slow_.end(), [](const SlowRank& a, const SlowRank& b) {
+        return a.excess_ms < b.excess_ms;
+      });
+      Entry& c = entry(culprit.rank, culprit.stage, Dir::kSlow);
+      c.wait_caused_ms += e.t - e.ref;
+      if (culprit.rank != e.rank) add_waiting(c, e.rank);
+      continue;
+    }
+    if (e.dir != Dir::kLate || !(e.strong || e.window_ok || e.state == State::kStraggler)) continue;
+    const Blame b = trace_wait(e.rank, g, waited(e.rank), slow_);
+    if (b.rank < 0 && !b.waited) continue;  // unexplained: the late rank's own evidence
+    e.strong = e.weak = e.window_ok = false;
+    if (b.rank < 0) continue;
+    Entry& culprit = entry(b.rank, b.stage, Dir::kSlow);
+    culprit.wait_caused_ms += e.ref - e.t;
+    if (b.rank != e.rank) add_waiting(culprit, e.rank);
+  }
+}
+
+void ConfirmTracker::advance(Entry& e, std::int64_t step) {
+  if (!e.finite) {
+    ++e.idle;
+    return;
+  }
+  const std::uint64_t keep = cfg_.history >= 64 ? ~0ULL : ((1ULL << cfg_.history) - 1);
+  e.strong_mask = ((e.strong_mask << 1) | (e.strong ? 1ULL : 0ULL)) & keep;
+  e.weak_mask = ((e.weak_mask << 1) | (e.weak ? 1ULL : 0ULL)) & keep;
+  e.seen = std::min(e.seen + 1, cfg_.history);
+  e.streak = e.strong ? e.streak + 1 : 0;
+  e.calm = e.strong ? 0 : e.calm + 1;
+  const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * stages_.size() +
+                         static_cast<std::size_t>(e.stage);
+  const bool persistent = e.streak >= needed_streak(gs);
+  if (e.state == State::kStraggler) {
+    e.persistent = e.persistent || persistent;
+    e.by_window = e.by_window || e.window_ok;
+    // Confirmed by the ensemble: kept while it still names the rank or its mean agrees
+    // (an intermittent straggler has reports with no slow step among them).
+    const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports ||
+                         (e.by_window && (e.mean_agrees || e.named));
+    if (!keep_it) e.state = State::kRecovered, e.since = step;
+  } else if (persistent || e.window_ok) {
+    e.state = State::kStraggler;
+    e.since = step;
+    e.persistent = persistent;
+    e.by_window = e.window_ok;
+  } else if (e.strong) {
+    if (e.state != State::kSuspected) e.state = State::kSuspected, e.since = step;
+  } else if (e.state == State::kSuspected) {
+    e.state = State::kHealthy;
+    e.since = step;
+  }
+  const bool quiet = (e.state == State::kHealthy || e.state == State::kRecovered) && !e.strong && !e.named;
+  e.idle = quiet ? e.idle + 1 : 0;
+}
+
+void ConfirmTracker::judge_imbalance(std::int64_t step) {
+  const std::size_t S = stages_.size();
+  for (std::size_t s = 0; s < S; ++s) {
+    if (roles_[s] != Role::kCompute || groups_n_ < 2) continue;
+    // A group's work: its reference, without its own suspects (a straggler is not imbalance).
+    values_.assign(static_cast<std::size_t>(groups_n_), std::numeric_limits<double>::quiet_NaN());
+    for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) values_[g] = refs_[g * S + s].median;
+    for (const auto& [key, e] : entries_) {
+      (void)key;
+      if (static_cast<std::size_t>(e.stage) != s || e.dir != Dir::kSlow || !e.finite) continue;
+      if (e.strong || e.state == State::kStraggler) {
+        const auto g = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]);
+        values_[g] = std::min(values_[g], refs_[g * S + s].of(e.t));
+      }
+    }
+    std::int32_t hi = -1, lo = -1;
+    for (std::int32_t g = 0; g < groups_n_; ++g) {
+      const double w = values_[static_cast<std::size_t>(g)];
+      if (!(w > 0.0)) continue;
+      if (hi < 0 || w > values_[static_cast<std::size_t>(hi)]) hi = g;
+      if (lo < 0 || w < values_[static_cast<std::size_t>(lo)]) lo = g;
+    }
+    Imbalance& im = imbalance_[s];
+    bool ev = false;
+    if (hi >= 0 && lo >= 0 && hi != lo && reports_ >= cfg_.min_reports) {
+      const double h = values_[static_cast<std::size_t>(hi)], l = values_[static_cast<std::size_t>(lo)];
+      const double sig = std::max(sigma(static_cast<std::size_t>(hi) * S + s), sigma(static_cast<std::size_t>(lo) * S + s));
+      const double ratio = h / l;
+      ev = ratio >= std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / l) &&
+           ratio - 1.0 >= cfg_.noise_sigmas * sig;
+      if (ev) im.ratio = ratio, im.hi_ms = h, im.lo_ms = l, im.slow_group = hi;
+    }
+    const std::uint64_t keep = cfg_.history >= 64 ? ~0ULL : ((1ULL << cfg_.history) - 1);
+    im.mask = ((im.mask << 1) | (ev ? 1ULL : 0ULL)) & keep;
+    im.seen = std::min(im.seen + 1, cfg_.history);
+    im.streak = ev ? im.streak + 1 : 0;
+    im.calm = ev ? 0 : im.calm + 1;
+    if (im.state != State::kImbalance && im.streak >= cfg_.confirm_reports) im.state = State::kImbalance, im.since = step;
+    if (im.state == State::kImbalance && im.calm >= cfg_.recover_reports) im.state = State::kHealthy, im.since = step;
+  }
+}
+
+std::int32_t ConfirmTracker::needed_streak(std::size_t gs) const {
+  const double rate = spike_rate_[gs];
+  const std::size_t g = gs / stages_.size();
+  const double size = static_cast<double>(group_start_[g + 1] - group_start_[g]);
+  if (!(rate > 0.0)) return cfg_.confirm_reports;
+  const double n = std::ceil(std::log(1e-3 / size) / std::log(std::min(rate, 0.9)));
+  return static_cast<std::int32_t>(std::clamp(n, static_cast<double>(cfg_.confirm_reports),
+                                              static_cast<double>(std::max(cfg_.history, cfg_.confirm_reports))));
+}
+
+void ConfirmTracker::learn_noise() {
+  const std::size_t S = stages_.size(), mem = static_cast<std::size_t>(cfg_.noise_memory);
+  std::fill(busy_.begin(), busy_.end(), 0);
+  std::fill(spikes_.begin(), spikes_.end(), 0);
+  for (const auto& [key, e] : entries_) {
+    (void)key;
+    const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S +
+                           static_cast<std::size_t>(e.stage);
+    if (e.strong || e.state == State::kSuspected || e.state == State::kStraggler) busy_[gs] = 1;
+    // Spikes of ranks not confirmed (a confirmed straggler's own evidence is no jitter).
+    if (e.strong && e.dir != Dir::kLink && e.state != State::kStraggler) ++spikes_[gs];
+  }
+  const double beta = 1.0 / static_cast<double>(mem);
+  for (std::size_t gs = 0; gs < spike_rate_.size(); ++gs) {
+    const std::size_t g = gs / S;
+    const double size = static_cast<double>(group_start_[g + 1] - group_start_[g]);
+    if (!judged(gs) || size < 2) continue;
+    spike_rate_[gs] += beta * (static_cast<double>(spikes_[gs]) / size - spike_rate_[gs]);
+  }
+  float window[64];
+  for (std::size_t gs = 0; gs < refs_.size(); ++gs) {
+    const double mad = refs_[gs].mad;
+    if (busy_[gs] || !std::isfinite(mad)) continue;
+    float* ring = noise_ring_.data() + gs * mem;
+    ring[static_cast<std::size_t>(noise_count_[gs]) % mem] = static_cast<float>(mad);
+    ++noise_count_[gs];
+    // The median of the filled entries; once the ring is full, every 4th report (the
+    // noise moves slowly and this is per (group, stage)).
+    const std::size_t n = std::min(static_cast<std::size_t>(noise_count_[gs]), mem);
+    if (static_cast<std::size_t>(noise_count_[gs]) > mem && noise_count_[gs] % 4 != 0) continue;
+    std::copy(ring, ring + n, window);
+    std::nth_element(window, window + n / 2, window + n);
+    sigma_[gs] = std::max(cfg_.min_noise, kMadToSigma * static_cast<double>(window[n / 2]));
+  }
+}
+
+}  // namespace relax_straggler::core::confirm

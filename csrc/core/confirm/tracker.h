@@ -1,0 +1,156 @@
+// The confirmed straggler verdict: a stateful tracker fed one sampled report at a time.
+//
+// Per report (a StepMatrix of ranks x stages ms, NaN = not run) and comparison group
+// (the pipeline stage; one group when none is given), every rank is compared with the
+// median of the other ranks of its group (reference.h), per token when workloads are
+// given. Evidence per (rank, stage) is kept across consecutive reports:
+//   slow evidence  ratio = t / ref beyond the minimum effect size (the RFC #334 rule:
+//                  ratio >= relative_threshold or t - ref >= absolute_ms_threshold) AND
+//                  beyond noise_sigmas x the learned noise AND an excess of at least
+//                  min_impact x the step budget (the impact rule, config.h); communication stages use the
+//                  late-arrival rule (the rank that arrives last has the SHORTEST time,
+//                  invariant 7), and a longer transfer than the group's is a link;
+//   noise          per (group, stage), the median of the last noise_memory per-report
+//                  MADs of the ratios, x 1.4826 (a normal-consistent sigma), learned only
+//                  from reports in which the (group, stage) had no suspect;
+//   persistence    confirm_reports reports in a row with slow evidence confirm a rank
+//                  (suspected before); recover_reports without it recover it. Where
+//                  healthy ranks show slow evidence too (heavy-tailed jitter: a 1 ms stage
+//                  at 4x in one report of ten on a crowded host), more reports are
+//                  needed: with r the (group, stage)'s running share of healthy ranks with
+//                  slow evidence, the streak must reach log(1e-3 / group size) / log(r),
+//                  so that a healthy rank's chance of such a streak stays ~1e-3 / group
+//                  size per report (at most history reports);
+//   window vote    a rank named by the window ensemble (detect::detect_window) whose mean
+//                  ratio over the reports since (>= confirm_reports) stands window_sigmas
+//                  standard errors beyond 1 is confirmed too: this is how slowdowns under
+//                  the RFC effect size are confirmed (5 %), over a window, not one report;
+//   wait chain     a late arrival explained by the rank's own compute or by a wait on a
+//                  pipeline peer is never blamed (wait_chain.h); a longer collective than
+//                  the group's is no link while some rank is slow in compute (it may be
+//                  that rank's wait through a group the matrix does not show, e.g. the
+//                  embedding all-reduce of the first and last stage);
+//   imbalance      a compute stage whose slowest group's reference exceeds the fastest
+//                  group's by the minimum effect size for confirm_reports reports is
+//                  structural imbalance, not a straggler.
+// Design after Relax's own detector (cohorts of comparable ranks, a peer reference, N
+// consecutive windows, "uncertain" for a cohort of one, "recovered", facts apart from
+// causes), with a learned noise band and the ensemble as a second, slower witness.
+//
+// Cost per report: one pass over the matrix (two compares per cell) plus a selection over
+// at most reference_sample ranks per (group, stage); the state is proportional to the
+// groups x stages and to the ranks under suspicion, not to the matrix. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/confirm/config.h"
+#include "core/confirm/reference.h"
+#include "core/confirm/result.h"
+#include "core/confirm/wait_chain.h"
+#include "core/step_matrix.h"
+
+namespace relax_straggler::core::confirm {
+
+class ConfirmTracker {
+ public:
+  // Throws std::invalid_argument on an invalid config.
+  explicit ConfirmTracker(ConfirmConfig config = {});
+
+  // Judges one report. groups: empty (one group) or one id >= 0 per rank; workload:
+  // empty or one finite value > 0 per rank (tokens), scaling config.workload_stages to
+  // the mean workload; window: the window ensemble's latest result, kept until a newer
+  // one is passed (nullptr keeps the previous). A change of ranks, stage names or groups
+  // starts a new run (result.reset). Throws std::invalid_argument naming the input.
+  ConfirmResult update(const StepMatrix& matrix, const std::vector<std::int32_t>& groups = {},
+                       const std::vector<double>& workload = {}, const WindowEvidence* window = nullptr);
+
+  void reset();  // forgets every report, the noise learned and the window evidence
+  const ConfirmConfig& config() const { return cfg_; }
+  std::int64_t reports() const { return reports_; }
+
+ private:
+  enum class Role : std::uint8_t { kCompute, kCollective, kP2p };
+  enum class Dir : std::uint8_t { kSlow, kLate, kLink };
+
+  struct Entry {
+    std::int32_t rank = 0, stage = 0;
+    Dir dir = Dir::kSlow;
+    State state = State::kHealthy;
+    std::int64_t since = 0;
+    std::int32_t streak = 0, calm = 0, idle = 0, seen = 0;
+    std::uint64_t strong_mask = 0, weak_mask = 0;
+    bool persistent = false, by_window = false;
+    std::vector<double> ratios;  // ring of the last history ratios (t / ref)
+    std::int32_t ratios_n = 0;
+    bool named = false;  // the window ensemble names it
+    // This report.
+    bool finite = false, strong = false, weak = false, window_ok = false, mean_agrees = false;
+    double t = 0.0, ref = 0.0, ratio = 1.0, mean = 1.0;
+    std::int32_t votes = 0;
+    double wait_caused_ms = 0.0;
+    std::vector<std::int32_t> waiting;
+  };
+  struct Imbalance {
+    State state = State::kHealthy;
+    std::int64_t since = 0;
+    std::int32_t streak = 0, calm = 0, seen = 0, slow_group = 0;
+    std::uint64_t mask = 0;
+    double ratio = 1.0, hi_ms = 0.0, lo_ms = 0.0;
+  };
+
+  void layout(const StepMatrix& m, const std::vector<std::int32_t>& groups);
+  void take_window(const WindowEvidence& w);
+  void references(const double* ms);
+  void scan(const double* ms);
+  void evaluate(Entry& e, const double* ms);
+  void trace_blame(const double* ms);
+  static void add_waiting(Entry& culprit, std::int32_t rank);
+  void advance(Entry& e, std::int64_t step);
+  void judge_imbalance(std::int64_t step);
+  void learn_noise();
+  ConfirmResult result(std::int64_t step, bool reset) const;
+  Entry& entry(std::int32_t rank, std::int32_t stage, Dir dir);
+  double sigma(std::size_t gs) const;
+  std::int32_t needed_streak(std::size_t gs) const;
+  bool judged(std::size_t gs) const;
+
+  ConfirmConfig cfg_;
+  std::int64_t reports_ = 0;
+  // Layout of the current run.
+  std::int32_t ranks_ = 0, groups_n_ = 0;
+  std::vector<std::string> stages_;
+  std::vector<Role> roles_;
+  std::vector<char> scaled_;  // per stage: scales with workload
+  std::int32_t data_stage_ = -1;
+  std::vector<std::int32_t> group_;        // per rank
+  std::vector<std::int32_t> group_start_;  // groups_n_ + 1 offsets into group_rows_
+  std::vector<std::int32_t> group_rows_;   // rows ordered by group
+  std::vector<std::int32_t> sample_start_, sample_rows_;  // rows each group's reference is taken over
+  std::vector<std::int32_t> unjudged_;     // ranks alone in their group
+  // Per (group, stage), index group * stages + stage.
+  std::vector<GroupReference> refs_;
+  std::vector<double> hi_, lo_;  // ratio bands of slow evidence this report
+  std::vector<float> noise_ring_;  // noise_memory per (group, stage)
+  std::vector<std::int32_t> noise_count_;
+  std::vector<double> sigma_;
+  std::vector<char> busy_;  // a suspect this report: the noise is not learned from it
+  std::vector<double> spike_rate_;  // running share of unconfirmed ranks with slow evidence
+  std::vector<std::int32_t> spikes_;  // this report's count of them
+  std::vector<double> hi_ms_, lo_ms_;  // scan's bands in ms: a cell outside may be an outlier
+  std::unordered_map<std::int64_t, Entry> entries_;
+  std::vector<Imbalance> imbalance_;  // per stage
+  WindowEvidence window_;
+  std::unordered_map<std::int32_t, std::size_t> window_rank_;  // rank -> index into window_.anomalies
+  // Scratch reused across reports.
+  std::vector<double> values_, scaled_ms_, median_scratch_;
+  double budget_ms_ = 0.0;  // this report's step budget (impact rule)
+  std::vector<std::int64_t> outliers_;
+  std::vector<SlowRank> slow_;
+  std::vector<char> late_groups_;  // per (group, stage): a late arrival this report
+};
+
+}  // namespace relax_straggler::core::confirm

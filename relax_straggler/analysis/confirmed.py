@@ -1,0 +1,70 @@
+"""The confirmed verdict over a recorded run: the live analyzer's decision
+(relax_straggler.confirm) fed the input's per-rank steps in order, ranks compared within
+their pipeline stage, so `analyze` and the monitor name a straggler the way the training
+job would have."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from relax_straggler.analysis.config import AnalyzeConfig
+from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.stages import STAGES
+
+
+@dataclass(frozen=True)
+class ConfirmedStraggler:
+    """A (rank, stage) the verdict confirmed: since_step: its first confirmation; steps: steps
+    that named it; median_ratio: its time over its group's reference, median over those steps;
+    cause: the inferred cause most often given."""
+
+    rank: int
+    stage: str
+    since_step: int
+    steps: int
+    median_ratio: float
+    cause: str
+
+
+@dataclass(frozen=True)
+class ConfirmedSummary:
+    """statuses: steps per state; final_status: the state after the last step;
+    stragglers: most steps first."""
+
+    statuses: dict[str, int]
+    final_status: Optional[str]
+    stragglers: tuple[ConfirmedStraggler, ...]
+
+
+class ConfirmedTally:
+    """Feeds steps (global rank ids, (rows, len(STAGES)) ms, comparison group per row) to the
+    confirmed verdict and keeps counts only (bounded by the findings, not the steps)."""
+
+    def __init__(self, config: AnalyzeConfig) -> None:
+        self._verdict = ConfirmedVerdict(ConfirmConfig(relative_threshold=config.relative_threshold,
+                                                       absolute_ms_threshold=config.absolute_ms_threshold))
+        self._statuses: collections.Counter[str] = collections.Counter()
+        self._final: Optional[str] = None
+        self._found: dict[tuple[int, str], dict] = {}
+
+    def add(self, step: int, ranks: np.ndarray, ms: np.ndarray, groups: np.ndarray) -> None:
+        result = self._verdict.update(step, ms, STAGES, groups=groups.tolist())
+        self._statuses[result.status] += 1
+        self._final = result.status
+        for f in result.findings:
+            if f.state != "straggler" or f.rank < 0:
+                continue
+            entry = self._found.setdefault((int(ranks[f.rank]), f.stage), {
+                "since": f.since_step, "ratios": collections.deque(maxlen=256), "causes": collections.Counter()})
+            entry["ratios"].append(f.ratio)
+            entry["causes"][f.cause] += 1
+
+    def summary(self) -> ConfirmedSummary:
+        found = [ConfirmedStraggler(rank, stage, e["since"], sum(e["causes"].values()), float(np.median(e["ratios"])),
+                                    e["causes"].most_common(1)[0][0]) for (rank, stage), e in self._found.items()]
+        found.sort(key=lambda c: (-c.steps, c.since_step, c.rank))
+        return ConfirmedSummary(dict(self._statuses), self._final, tuple(found))

@@ -1,0 +1,278 @@
+"""The confirmed straggler verdict: one decision across sampled reports.
+
+The per-step rule (report.py, RFC #334) judges each sampled step alone; this module keeps
+evidence across reports and answers with states a person can act on. The arithmetic is
+the engine's (csrc/core/confirm); this module gives it plain Python data and, when
+configured, runs the window ensemble (relax_straggler.window) every ``window_every``
+reports as a second witness. The live analyzer, ``analyze``, the monitor and the
+detection-quality benchmark all call it::
+
+    from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+    verdict = ConfirmedVerdict(ConfirmConfig(window_every=10))
+    for report in reports:                       # on the report thread, in step order
+        result = verdict.update(report.step, report.judged_ms, report.stages, groups=report.groups)
+        result.status                            # "straggler"
+        result.primary.describe()                # "rank 1 straggler in forward since step 110: ..."
+        metrics.update(result.metrics())         # straggler/verdict/*
+
+Shapes and units: ms float64 (ranks, stages), milliseconds, NaN = not run; stages one
+name per column (``communication`` and ``communication/<op>`` follow the late-arrival
+rule, invariant 7); groups one comparison group id >= 0 per rank (the pipeline stage) or
+None; workload tokens per rank (> 0) or None (then compute stages that scale with work
+are compared per token).
+
+States: ``healthy``, ``suspected`` (slow in the latest report(s)), ``straggler``
+(confirmed: ``confirm_reports`` reports in a row beyond the minimum effect size and the
+learned noise, or named by the window ensemble with a mean ratio that agrees),
+``recovered``, ``imbalance`` (a whole group slower: structural), ``insufficient_evidence``
+(nothing judgeable yet, or every rank alone in its group). Facts (measured) and cause
+(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``) are
+separate fields. Not thread-safe: call update from one thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from relax_straggler._ext import core
+from relax_straggler.config import StragglerConfig
+from relax_straggler.detect import WindowConfig, WindowResult
+from relax_straggler.stages import WORKLOAD_STAGES
+from relax_straggler.workload import normalize_workload
+from relax_straggler.window import WindowDetector
+
+STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
+CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown")
+
+# The engine's fields, in ConfirmConfig order.
+_ENGINE_FIELDS = ("relative_threshold", "absolute_ms_threshold", "min_impact", "noise_sigmas", "confirm_reports", "recover_reports",
+                  "min_reports", "history", "noise_memory", "window_sigmas", "reference_sample",
+                  "min_noise")
+
+
+def _default_window_config() -> WindowConfig:
+    # At least 3 of the 6 clusterers (not only the most-voted ranks): every rank the
+    # ensemble is sure of, since the tracker still asks the rank's mean ratio to agree.
+    return WindowConfig(vote_rule="at_least", min_algorithm_votes=3)
+
+
+@dataclass(frozen=True)
+class ConfirmConfig:
+    """Settings of the confirmed verdict (csrc/core/confirm/config.h explains each).
+
+    relative_threshold / absolute_ms_threshold: the RFC #334 rule as the minimum effect
+    size of one report (dimensionless, ms). noise_sigmas: learned-noise sigmas a ratio
+    must also clear. confirm_reports / recover_reports: reports in a row to confirm /
+    recover. window_every: run the window ensemble every this many reports (0 = off);
+    window_size: reports it looks at; window_skip: leading reports it ignores (warm-up);
+    window_config: its settings. Raises ValueError naming the field.
+    """
+
+    relative_threshold: float = 1.2
+    absolute_ms_threshold: float = 5.0
+    min_impact: float = 0.02
+    noise_sigmas: float = 4.0
+    confirm_reports: int = 3
+    recover_reports: int = 3
+    min_reports: int = 2
+    history: int = 8
+    noise_memory: int = 16
+    window_sigmas: float = 4.0
+    reference_sample: int = 32
+    min_noise: float = 0.002
+    window_every: int = 0
+    window_size: int = 50
+    window_skip: int = 0
+    window_config: WindowConfig = field(default_factory=_default_window_config)
+
+    def __post_init__(self) -> None:
+        for name in ("window_every", "window_skip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 2:
+            raise ValueError(f"window_size must be an integer >= 2, got {self.window_size!r}")
+        self.native()  # the engine validates the rest, naming the field
+
+    def native(self) -> Any:
+        """The engine's config object. Raises ValueError on an invalid field."""
+        return core().confirm.ConfirmConfig(**{name: getattr(self, name) for name in _ENGINE_FIELDS},
+                                            workload_stages=sorted(WORKLOAD_STAGES))
+
+    def replace(self, **changes: Any) -> "ConfirmConfig":
+        return dataclasses.replace(self, **changes)
+
+    @staticmethod
+    def from_config(config: StragglerConfig) -> "ConfirmConfig":
+        """The confirmed verdict a StragglerConfig asks for (the live analyzer's, and the
+        benchmark's with StragglerConfig()): its RFC thresholds as the minimum effect size,
+        its confirm / recover counts and window ensemble settings."""
+        return ConfirmConfig(
+            relative_threshold=config.relative_threshold, absolute_ms_threshold=config.absolute_ms_threshold,
+            confirm_reports=config.confirm_reports, recover_reports=config.recover_reports,
+            window_every=config.window_every, window_size=config.window_size,
+            window_config=WindowConfig(vote_rule=config.window_vote_rule, min_algorithm_votes=config.window_min_votes,
+                                       min_slowdown=config.window_min_slowdown))
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Measured or counted, never inferred. Times in ms (per token with a workload)."""
+
+    rank_ms: float  # the rank's time in the stage, latest report
+    ref_ms: float  # its group's reference (median of the other ranks)
+    excess_ms: float  # distance from the reference on the slow side
+    mean_ratio: float  # mean ratio over the recent reports the finding was tracked in
+    noise: float  # learned relative noise sigma of the (group, stage)
+    wait_caused_ms: float  # peers' wait at collectives traced to this finding, latest report
+    waiting_ranks: tuple[int, ...]  # ranks whose wait (late arrival, p2p) traces back here
+    reports_agreeing: int
+    reports_seen: int
+    window_votes: int  # the window ensemble's votes, 0 when it did not name the rank
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One (rank, stage) not healthy, or one imbalanced stage (rank -1, group = slowest)."""
+
+    rank: int
+    group: int
+    stage: str
+    state: str  # one of STATES
+    since_step: int
+    confidence: float  # 0..1, share of recent reports whose evidence agrees with the state
+    ratio: float  # rank / reference (late arrival: reference / rank; imbalance: slowest / fastest group)
+    persistent: bool  # confirmed by consecutive reports
+    by_window: bool  # confirmed by the window ensemble
+    facts: Facts
+    cause: str  # inferred, one of CAUSES
+
+    def describe(self) -> str:
+        """One line, facts first and the inferred cause last."""
+        agree = f"{self.facts.reports_agreeing} of {self.facts.reports_seen} reports"
+        if self.rank < 0:
+            return (f"group {self.group} {self.state} in {self.stage} since step {self.since_step}: "
+                    f"{self.ratio:.2f}x the fastest group, {agree}; cause: {self.cause}")
+        line = (f"rank {self.rank} {self.state} in {self.stage} since step {self.since_step}: "
+                f"{self.ratio:.2f}x its group, {agree}")
+        if self.facts.waiting_ranks:
+            line += f"; ranks {', '.join(map(str, self.facts.waiting_ranks))} waited on it"
+        return f"{line}; cause: {self.cause}"
+
+
+@dataclass(frozen=True)
+class VerdictResult:
+    """The confirmed verdict after one report."""
+
+    step: int
+    status: str  # one of STATES: the most severe over the findings
+    findings: tuple[Finding, ...]  # stragglers first, then imbalance, suspected, recovered
+    unjudged_ranks: tuple[int, ...]  # alone in their comparison group
+    reports: int  # reports seen since the last reset
+    reset: bool  # this report started a new run (ranks, stages or groups changed)
+    window: Optional[WindowResult] = None  # the window ensemble's result when it ran on this report
+
+    @property
+    def primary(self) -> Optional[Finding]:
+        """The headline finding, or None when all is healthy."""
+        return self.findings[0] if self.findings else None
+
+    @property
+    def straggler_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({f.rank for f in self.findings if f.state == "straggler" and f.rank >= 0}))
+
+    def metrics(self) -> dict[str, Any]:
+        """straggler/verdict/* of this report. rank is named only in state straggler (else -1)."""
+        p = self.primary
+        named = p is not None and p.state == "straggler"
+        return {
+            "straggler/verdict/status": self.status,
+            "straggler/verdict/rank": p.rank if named else -1,
+            "straggler/verdict/stage": p.stage if p is not None else "none",
+            "straggler/verdict/cause": p.cause if p is not None else "none",
+            "straggler/verdict/since_step": p.since_step if p is not None else -1,
+            "straggler/verdict/confidence": p.confidence if p is not None else 0.0,
+            "straggler/verdict/ratio": p.ratio if p is not None else 1.0,
+        }
+
+
+@dataclass(frozen=True)
+class _Report:
+    step: int
+    stages: tuple[str, ...]
+    judged_ms: np.ndarray
+    groups: Optional[np.ndarray]
+
+
+class ConfirmedVerdict:
+    """Feeds sampled reports, in step order, to the engine's confirmed-verdict tracker.
+
+    rank_to_node: node id per rank, passed to the window ensemble (its anomalies then
+    name nodes). Raises ValueError on an invalid config.
+    """
+
+    def __init__(self, config: Optional[ConfirmConfig] = None, rank_to_node: Optional[Sequence[int]] = None) -> None:
+        self.config = config or ConfirmConfig()
+        self._tracker = core().confirm.ConfirmTracker(self.config.native())
+        self._window: Optional[WindowDetector] = None
+        if self.config.window_every > 0:
+            self._window = WindowDetector(window=self.config.window_size, every=self.config.window_every,
+                                          skip_reports=self.config.window_skip, config=self.config.window_config,
+                                          rank_to_node=rank_to_node)
+
+    def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
+               workload: Optional[Sequence[float]] = None) -> VerdictResult:
+        """Judges one report. Raises ValueError naming the malformed input."""
+        ms = np.ascontiguousarray(ms, dtype=np.float64)
+        stages = tuple(stages)
+        if ms.ndim != 2 or ms.shape[1] != len(stages):
+            raise ValueError(f"step {step}: ms has shape {ms.shape} for {len(stages)} stages")
+        group_list = None if groups is None else [int(g) for g in groups]
+        tokens = None if workload is None else [float(w) for w in workload]
+        C = core().confirm
+        evidence = None
+        window_result: Optional[WindowResult] = None
+        if self._window is not None:
+            judged = ms if tokens is None else _per_token(ms, stages, tokens)
+            report = _Report(int(step), stages, judged, None if group_list is None else np.asarray(group_list))
+            if self._window.observe(report):
+                window_result = self._window.last_result
+                evidence = C.WindowEvidence(int(step), [C.WindowRank(a.rank, a.votes, list(a.stages))
+                                                        for a in window_result.anomalies],
+                                            list(window_result.link_suspects))
+        r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
+        return VerdictResult(step=r.step, status=C.state_name(r.status),
+                             findings=tuple(_finding(f) for f in r.findings),
+                             unjudged_ranks=tuple(r.unjudged_ranks), reports=r.reports, reset=r.reset,
+                             window=window_result)
+
+    def reset(self) -> None:
+        """Forgets every report (a new run)."""
+        self._tracker.reset()
+        if self._window is not None:
+            self._window = WindowDetector(window=self._window.window, every=self._window.every,
+                                          skip_reports=self._window.skip_reports, config=self.config.window_config,
+                                          rank_to_node=self._window.rank_to_node)
+
+
+def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float]) -> np.ndarray:
+    # The window sees what the tracker compares: work stages at the mean token count.
+    workload = np.asarray(tokens, dtype=np.float64)
+    if workload.shape != (ms.shape[0],) or not np.all(np.isfinite(workload) & (workload > 0)):
+        raise ValueError(f"workload must hold one finite value > 0 per rank ({ms.shape[0]})")
+    return normalize_workload(ms, stages, workload)
+
+
+def _finding(f: Any) -> Finding:
+    C = core().confirm
+    x = f.facts
+    facts = Facts(rank_ms=x.rank_ms, ref_ms=x.ref_ms, excess_ms=x.excess_ms, mean_ratio=x.mean_ratio, noise=x.noise,
+                  wait_caused_ms=x.wait_caused_ms, waiting_ranks=tuple(x.waiting_ranks),
+                  reports_agreeing=x.reports_agreeing, reports_seen=x.reports_seen, window_votes=x.window_votes)
+    return Finding(rank=f.rank, group=f.group, stage=f.stage_name, state=C.state_name(f.state),
+                   since_step=f.since_step, confidence=f.confidence, ratio=f.ratio, persistent=f.persistent,
+                   by_window=f.by_window, facts=facts, cause=C.cause_name(f.cause))

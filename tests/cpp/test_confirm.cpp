@@ -1,0 +1,316 @@
+// The confirmed verdict on seeded synthetic reports: healthy noise, a slow rank, recovery,
+// structural imbalance, a group of one, the pipeline wait chain and the window path.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/confirm/tracker.h"
+
+namespace rs = relax_straggler::core;
+namespace cf = relax_straggler::core::confirm;
+
+namespace {
+
+// A data-parallel job: each group all-reduces among its ranks after forward + backward,
+// so a rank's communication time is its transfer plus the wait for its group's last rank
+// (which therefore has the shortest time). Jitter: 1.5 % on compute, 8 % on transfers.
+struct Job {
+  std::int32_t ranks = 32;
+  std::int32_t per_group = 8;
+  std::mt19937_64 rng;
+  std::vector<double> slow;       // per rank, fraction added to forward and backward
+  std::vector<double> structural;  // per group, fraction added to forward and backward
+
+  explicit Job(std::uint64_t seed, std::int32_t n = 32, std::int32_t g = 8)
+      : ranks(n), per_group(g), rng(seed), slow(static_cast<std::size_t>(n), 0.0),
+        structural(static_cast<std::size_t>(n / g + 1), 0.0) {}
+
+  std::vector<std::int32_t> groups() const {
+    std::vector<std::int32_t> out(static_cast<std::size_t>(ranks));
+    for (std::int32_t r = 0; r < ranks; ++r) out[static_cast<std::size_t>(r)] = r / per_group;
+    return out;
+  }
+
+  rs::StepMatrix report(std::int64_t step) {
+    std::normal_distribution<double> z(0.0, 1.0);
+    const std::size_t S = 3;
+    std::vector<double> ms(static_cast<std::size_t>(ranks) * S), arrive(static_cast<std::size_t>(ranks));
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      const double f = 1.0 + slow[i] + structural[static_cast<std::size_t>(r / per_group)];
+      ms[i * S + 0] = 40.0 * f * std::exp(0.015 * z(rng));
+      ms[i * S + 1] = 80.0 * f * std::exp(0.015 * z(rng));
+      arrive[i] = ms[i * S + 0] + ms[i * S + 1];
+    }
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      const std::int32_t g0 = r / per_group * per_group;
+      const double last = *std::max_element(arrive.begin() + g0, arrive.begin() + g0 + per_group);
+      ms[static_cast<std::size_t>(r) * S + 2] = 25.0 * std::exp(0.08 * z(rng)) + last - arrive[static_cast<std::size_t>(r)];
+    }
+    return rs::StepMatrix::from_rows(step, ranks, {"forward", "backward", "communication"}, std::move(ms));
+  }
+};
+
+bool names(const cf::ConfirmResult& r, std::int32_t rank, cf::State state) {
+  return std::any_of(r.findings.begin(), r.findings.end(),
+                     [&](const cf::Finding& f) { return f.rank == rank && f.state == state; });
+}
+
+}  // namespace
+
+TEST(Confirm, HealthyNoiseNeverConfirms) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    Job job(seed);
+    cf::ConfirmTracker t;
+    for (std::int64_t s = 0; s < 300; ++s) {
+      const auto r = t.update(job.report(s), job.groups());
+      ASSERT_TRUE(r.straggler_ranks().empty()) << "seed " << seed << " report " << s;
+      ASSERT_NE(r.status, cf::State::kImbalance);
+      if (s >= 2) {
+        ASSERT_NE(r.status, cf::State::kInsufficientEvidence);
+      }
+    }
+  }
+}
+
+TEST(Confirm, TwentyPercentSlowRankConfirmedWithinThreeReports) {
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    Job job(seed);
+    cf::ConfirmTracker t;
+    for (std::int64_t s = 0; s < 20; ++s) t.update(job.report(s), job.groups());
+    job.slow[13] = 0.2;
+    std::int64_t confirmed_at = -1;
+    for (std::int64_t s = 20; s < 40; ++s) {
+      const auto r = t.update(job.report(s), job.groups());
+      EXPECT_TRUE(r.straggler_ranks().empty() || r.straggler_ranks() == std::vector<std::int32_t>{13}) << s;
+      if (confirmed_at < 0 && names(r, 13, cf::State::kStraggler)) {
+        confirmed_at = s;
+        const cf::Finding& f = r.findings.front();
+        EXPECT_EQ(f.rank, 13);
+        EXPECT_EQ(f.cause, cf::Cause::kCompute);
+        EXPECT_NEAR(f.ratio, 1.2, 0.06);
+        EXPECT_TRUE(f.persistent);
+        EXPECT_EQ(r.status, cf::State::kStraggler);
+      }
+    }
+    ASSERT_GE(confirmed_at, 0);
+    EXPECT_LE(confirmed_at, 22) << "seed " << seed;  // the 3rd slow report
+  }
+}
+
+TEST(Confirm, LateArrivalOfTheSlowRankIsItsComputeNotTheCollective) {
+  Job job(7);
+  cf::ConfirmTracker t;
+  for (std::int64_t s = 0; s < 10; ++s) t.update(job.report(s), job.groups());
+  job.slow[3] = 0.3;
+  cf::ConfirmResult r;
+  for (std::int64_t s = 10; s < 20; ++s) r = t.update(job.report(s), job.groups());
+  for (const cf::Finding& f : r.findings) EXPECT_NE(f.stage_name, "communication") << f.rank;
+  const auto it = std::find_if(r.findings.begin(), r.findings.end(), [](const cf::Finding& f) { return f.rank == 3; });
+  ASSERT_NE(it, r.findings.end());
+  // Its peers waited for it: the wait is kept as a fact of the compute finding.
+  double caused = 0.0;
+  for (const cf::Finding& f : r.findings) caused += f.rank == 3 ? f.facts.wait_caused_ms : 0.0;
+  EXPECT_GT(caused, 20.0);  // 30 % of 120 ms, less the transfer jitter
+}
+
+TEST(Confirm, RecoveryAfterTheSlowdownEnds) {
+  Job job(4);
+  cf::ConfirmTracker t;
+  for (std::int64_t s = 0; s < 10; ++s) t.update(job.report(s), job.groups());
+  job.slow[20] = 0.25;
+  for (std::int64_t s = 10; s < 20; ++s) t.update(job.report(s), job.groups());
+  job.slow[20] = 0.0;
+  std::int64_t recovered_at = -1;
+  for (std::int64_t s = 20; s < 40; ++s) {
+    const auto r = t.update(job.report(s), job.groups());
+    if (recovered_at < 0 && names(r, 20, cf::State::kRecovered)) {
+      recovered_at = s;
+      EXPECT_TRUE(r.straggler_ranks().empty());
+      EXPECT_EQ(r.status, cf::State::kRecovered);
+      EXPECT_EQ(r.findings.front().since_step, s);
+    }
+  }
+  ASSERT_GE(recovered_at, 0);
+  EXPECT_LE(recovered_at, 22);  // after recover_reports (3) calm reports
+}
+
+TEST(Confirm, SlowGroupIsImbalanceNotStragglers) {
+  Job job(5);
+  job.structural[3] = 0.25;
+  cf::ConfirmTracker t;
+  cf::ConfirmResult r;
+  for (std::int64_t s = 0; s < 30; ++s) {
+    r = t.update(job.report(s), job.groups());
+    ASSERT_TRUE(r.straggler_ranks().empty()) << s;
+  }
+  EXPECT_EQ(r.status, cf::State::kImbalance);
+  ASSERT_FALSE(r.findings.empty());
+  const cf::Finding& f = r.findings.front();
+  EXPECT_EQ(f.rank, -1);
+  EXPECT_EQ(f.group, 3);
+  EXPECT_EQ(f.cause, cf::Cause::kImbalance);
+  EXPECT_NEAR(f.ratio, 1.25, 0.03);
+}
+
+TEST(Confirm, GroupOfOneIsInsufficientEvidence) {
+  Job job(6, 4, 1);  // four groups of one rank: no rank has a peer
+  job.slow[2] = 0.5;
+  cf::ConfirmTracker t;
+  for (std::int64_t s = 0; s < 20; ++s) {
+    const auto r = t.update(job.report(s), job.groups());
+    EXPECT_TRUE(r.straggler_ranks().empty());
+    EXPECT_EQ(r.unjudged_ranks, (std::vector<std::int32_t>{0, 1, 2, 3}));
+    EXPECT_NE(r.status, cf::State::kStraggler);
+  }
+  // One rank alone beside a group of three: that one rank is unjudged.
+  Job mixed(6, 4, 4);
+  mixed.slow[3] = 0.5;
+  cf::ConfirmTracker t2;
+  for (std::int64_t s = 0; s < 20; ++s) {
+    const auto r = t2.update(mixed.report(s), {0, 0, 0, 1});
+    EXPECT_TRUE(r.straggler_ranks().empty()) << s;
+    EXPECT_EQ(r.unjudged_ranks, (std::vector<std::int32_t>{3}));
+  }
+  // Before min_reports noise estimates nothing is judged yet.
+  cf::ConfirmTracker t3;
+  Job fresh(8);
+  EXPECT_EQ(t3.update(fresh.report(0), fresh.groups()).status, cf::State::kInsufficientEvidence);
+}
+
+TEST(Confirm, SmallSlowdownNeedsTheWindowEnsemble) {
+  Job job(9);
+  job.slow[11] = 0.05;  // under the RFC effect size in every report
+  cf::ConfirmTracker alone, with_window;
+  cf::WindowEvidence w;
+  w.step = 10;
+  w.anomalies.push_back(cf::WindowRank{11, 5, {"forward", "backward"}});
+  cf::ConfirmResult a, b;
+  for (std::int64_t s = 0; s < 40; ++s) {
+    const auto m = job.report(s);
+    a = alone.update(m, job.groups());
+    b = with_window.update(m, job.groups(), {}, s >= 10 ? &w : nullptr);
+    EXPECT_TRUE(a.straggler_ranks().empty()) << s;
+  }
+  EXPECT_EQ(b.straggler_ranks(), std::vector<std::int32_t>{11});
+  EXPECT_TRUE(b.findings.front().by_window);
+  EXPECT_EQ(b.findings.front().facts.window_votes, 5);
+  EXPECT_GT(b.findings.front().confidence, 0.7);  // the direction agrees in most reports
+  // The ensemble naming a healthy rank is not enough: its running mean does not agree.
+  cf::ConfirmTracker wrong;
+  cf::WindowEvidence w2;
+  w2.anomalies.push_back(cf::WindowRank{4, 6, {}});
+  Job healthy(10);
+  for (std::int64_t s = 0; s < 40; ++s) {
+    EXPECT_TRUE(wrong.update(healthy.report(s), healthy.groups(), {}, &w2).straggler_ranks().empty()) << s;
+  }
+}
+
+TEST(Confirm, WorkloadNormalisation) {
+  Job job(11, 16, 16);
+  std::vector<double> tokens(16, 1000.0);
+  tokens[6] = 1500.0;  // rank 6 does 1.5x the work: 1.5x forward and backward, not slower
+  cf::ConfirmTracker per_token, raw;
+  cf::ConfirmResult a, b;
+  for (std::int64_t s = 0; s < 20; ++s) {
+    auto m = job.report(s);
+    for (std::size_t c = 0; c < 2; ++c) m.ms[6 * 3 + c] *= 1.5;
+    a = per_token.update(m, {}, tokens);
+    b = raw.update(m);
+  }
+  EXPECT_TRUE(a.straggler_ranks().empty());
+  EXPECT_EQ(b.straggler_ranks(), std::vector<std::int32_t>{6});
+}
+
+TEST(Confirm, BadInputNamesTheField) {
+  cf::ConfirmTracker t;
+  const auto m = rs::StepMatrix::from_rows(0, 2, {"forward"}, {1.0, 2.0});
+  EXPECT_THROW(t.update(m, {0}), std::invalid_argument);
+  EXPECT_THROW(t.update(m, {0, -1}), std::invalid_argument);
+  try {
+    t.update(m, {}, {1.0, 0.0});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("workload[1]"), std::string::npos);
+  }
+  cf::ConfirmConfig bad;
+  bad.confirm_reports = 0;
+  EXPECT_THROW(cf::ConfirmTracker{bad}, std::invalid_argument);
+}
+
+TEST(Confirm, AnExcessTooSmallAgainstTheStepIsNoStraggler) {
+  // One stage of 1 s per rank, rank 3 always 15 ms (1.5 %) longer: beyond the RFC's 5 ms
+  // and the noise band (4 x 0.2 %), but under min_impact (2 %) of the 1 s budget.
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> z(0.0, 1.0);
+  for (double min_impact : {0.02, 0.0}) {
+    cf::ConfirmConfig cfg;
+    cfg.min_impact = min_impact;
+    cf::ConfirmTracker t(cfg);
+    cf::ConfirmResult r;
+    for (std::int64_t s = 0; s < 12; ++s) {
+      std::vector<double> ms(8);
+      for (std::size_t i = 0; i < ms.size(); ++i) ms[i] = 1000.0 * (1.0 + 0.001 * z(rng)) + (i == 3 ? 15.0 : 0.0);
+      r = t.update(rs::StepMatrix::from_rows(s, 8, {"forward"}, std::move(ms)));
+    }
+    EXPECT_EQ(names(r, 3, cf::State::kStraggler), min_impact == 0.0) << "min_impact " << min_impact;
+  }
+}
+
+TEST(Confirm, ALongerCollectiveIsNoLinkWhileARankComputesSlowly) {
+  // Rank 1 computes 40 % slower. Rank 12 of the other group shows a 2x longer collective:
+  // the wait for rank 1 through a group the matrix does not show (like the embedding
+  // all-reduce of the first and last pipeline stage), not a slow link of its own.
+  Job job(5, 16, 8);
+  job.slow[1] = 0.4;
+  cf::ConfirmTracker t;
+  cf::ConfirmResult r;
+  for (std::int64_t s = 0; s < 12; ++s) {
+    rs::StepMatrix m = job.report(s);
+    m.ms[12 * 3 + 2] *= 2.0;
+    r = t.update(m, job.groups());
+  }
+  EXPECT_TRUE(names(r, 1, cf::State::kStraggler));
+  for (const cf::Finding& f : r.findings) {
+    EXPECT_FALSE(f.rank == 12 && f.state == cf::State::kStraggler) << "rank 12 blamed in " << f.stage;
+  }
+  const auto culprit = std::find_if(r.findings.begin(), r.findings.end(),
+                                    [](const cf::Finding& f) { return f.rank == 1 && f.state == cf::State::kStraggler; });
+  ASSERT_NE(culprit, r.findings.end());
+  EXPECT_NE(std::find(culprit->facts.waiting_ranks.begin(), culprit->facts.waiting_ranks.end(), 12),
+            culprit->facts.waiting_ranks.end());
+}
+
+TEST(Confirm, HeavyTailedJitterNeedsLongerStreaks) {
+  // 4 ranks sharing 2 cores: a 1 ms stage, and in about one report of eight a rank is
+  // descheduled and takes 4 ms. A healthy rank then has three spikes in a row about once
+  // per 128 of its reports: confirming after 3 would name one every run.
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    cf::ConfirmTracker t;
+    auto row = [&](double slow) {
+      std::vector<double> ms(4);
+      for (std::size_t i = 0; i < ms.size(); ++i) {
+        ms[i] = (1.0 + 0.05 * u(rng)) * (u(rng) < 0.125 ? 4.0 : 1.0) * (i == 2 ? slow : 1.0);
+      }
+      return ms;
+    };
+    for (std::int64_t s = 0; s < 400; ++s) {
+      const auto r = t.update(rs::StepMatrix::from_rows(s, 4, {"backward"}, row(1.0)));
+      ASSERT_TRUE(r.straggler_ranks().empty()) << "seed " << seed << " report " << s;
+    }
+    // A rank 3x slower in every report is still confirmed, after a longer streak.
+    cf::ConfirmResult r;
+    std::int64_t s = 400;
+    for (; s < 400 + 16 && !names(r, 2, cf::State::kStraggler); ++s) {
+      r = t.update(rs::StepMatrix::from_rows(s, 4, {"backward"}, row(3.0)));
+    }
+    EXPECT_TRUE(names(r, 2, cf::State::kStraggler)) << "seed " << seed;
+  }
+}

@@ -1,0 +1,83 @@
+"""What people see of the confirmed verdict: the console announces changes only (the table
+with verbose), the run summary's headline comes from the verdict, the JSONL line carries it."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+
+from relax_straggler.confirm import Facts, Finding, VerdictResult
+from relax_straggler.report import Report
+from relax_straggler.reporters import ConsoleSink, JsonlSink, RunSummary
+
+STAGES = ("forward", "backward")
+
+
+def finding(state: str, rank: int = 1, since: int = 40, ratio: float = 1.3) -> Finding:
+    facts = Facts(rank_ms=13.0, ref_ms=10.0, excess_ms=3.0, mean_ratio=ratio, noise=0.01, wait_caused_ms=0.0,
+                  waiting_ranks=(), reports_agreeing=3, reports_seen=3, window_votes=0)
+    return Finding(rank=rank, group=0, stage="forward", state=state, since_step=since, confidence=1.0, ratio=ratio,
+                   persistent=True, by_window=False, facts=facts, cause="compute")
+
+
+def report(step: int, *findings: Finding) -> Report:
+    status = findings[0].state if findings else "healthy"
+    ms = np.array([[10.0, 20.0], [13.0, 20.0]])
+    metrics = {f"straggler/{s}/{k}": v for s in STAGES
+               for k, v in (("mean_ms", 11.5), ("max_ms", 13.0), ("slowdown_ratio", 1.13), ("top_rank", 1),
+                            ("ref_ms", 11.5))}
+    return Report(step=step, stages=STAGES, device_ms=ms, judged_ms=ms, tokens=None, stragglers={}, likely_bottleneck=None,
+                  top_ranks={}, hints="no straggler", metrics=metrics,
+                  verdict=VerdictResult(step=step, status=status, findings=tuple(findings), unjudged_ranks=(),
+                                        reports=step // 10, reset=False))
+
+
+def test_the_console_announces_a_confirmation_once_then_the_recovery():
+    out = io.StringIO()
+    sink = ConsoleSink(out)
+    for r in (report(10), report(20, finding("suspected")), report(40, finding("straggler")),
+              report(50, finding("straggler")), report(60, finding("recovered", since=60)), report(70)):
+        sink(r)
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "[straggler] step 40: rank 1 straggler in forward since step 40: 1.30x its group, 3 of 3 reports; cause: compute",
+        "[straggler] step 60: rank 1 recovered in forward since step 60: 1.30x its group, 3 of 3 reports; cause: compute",
+        "[straggler] step 70: healthy: no rank is slow beyond its group's noise",
+    ]
+
+
+def test_a_healthy_run_prints_nothing_without_verbose_and_the_table_with_it():
+    quiet, loud = io.StringIO(), io.StringIO()
+    for r in (report(10), report(20), report(30, finding("suspected"))):
+        ConsoleSink(quiet)(r)
+    sink = ConsoleSink(loud, verbose=True)
+    sink(report(30, finding("suspected")))
+    assert quiet.getvalue() == ""
+    text = loud.getvalue()
+    assert "rank 1 suspected in forward" in text and "mean ms" in text and "forward" in text
+
+
+def test_the_summary_headline_names_the_confirmed_straggler():
+    summary = RunSummary()
+    assert summary.headline() == "no straggler confirmed in 0 reports"
+    for r in (report(10), report(20, finding("suspected")), report(40, finding("straggler", ratio=1.2)),
+              report(50, finding("straggler", ratio=1.4)), report(60, finding("straggler", ratio=1.3)), report(70)):
+        summary(r)
+    (c,) = summary.confirmed()
+    assert (c.rank, c.stage, c.first_step, c.reports, c.reports_after, c.cause) == (1, "forward", 40, 3, 4, "compute")
+    assert c.median_ratio == 1.3
+    assert summary.headline().startswith("straggler rank 1 confirmed in forward from step 40 (named in 3 of 4 reports")
+    assert summary.statuses == {"healthy": 2, "suspected": 1, "straggler": 3}
+
+
+def test_the_jsonl_line_carries_the_verdict(tmp_path):
+    sink = JsonlSink(str(tmp_path / "s.jsonl"))
+    sink(report(40, finding("straggler")))
+    sink.close()
+    line = json.loads((tmp_path / "s.jsonl").read_text())
+    assert line["verdict"]["status"] == "straggler"
+    (f,) = line["verdict"]["findings"]
+    assert (f["rank"], f["stage"], f["state"], f["cause"], f["facts"]["excess_ms"]) == (1, "forward", "straggler",
+                                                                                         "compute", 3.0)

@@ -1,0 +1,75 @@
+"""The live what-if on a 2-stage pipeline: Megatron-Core's real 1F1B schedule on CPU/Gloo
+(helpers of megatron_worker.py), the Timers adapter recording per-op data on sampled steps.
+
+Every forward sleeps BASE_S (compute that scheduling jitter on shared cores cannot drown);
+in the slowed phases one rank's forward sleeps SLOW_S more. Phases, in one process group:
+  slow1: rank 1 (pp stage 1) slowed;  slow0: rank 0 (pp stage 0) slowed;  even: nobody.
+Rank 0 writes {phase: [metrics of each report]}. Usage: whatif_live_worker.py OUTPUT_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from megatron_worker import TinyModel, forward_step, megatron_on_cpu  # noqa: E402
+
+STEPS = 7
+MICROBATCHES = 6
+BASE_S = 0.02
+SLOW_S = 0.06
+PHASES = {"slow1": 1, "slow0": 0, "even": None}
+
+
+def batches(rank: int, step: int, d: int = 16) -> Iterator[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 * step + rank)
+    return iter([torch.randn(8, 2, d, generator=gen) for _ in range(MICROBATCHES)])
+
+
+def run_phase(slow_rank: Any, rank: int) -> list[dict]:
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from relax_straggler import StragglerConfig
+    from relax_straggler.integrations import megatron
+
+    parallel_state.initialize_model_parallel(1, 2)
+    torch.manual_seed(0)
+    model = TinyModel(delay_s=BASE_S + (SLOW_S if rank == slow_rank else 0.0))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    reports: list[dict] = []
+    config = StragglerConfig(enabled=True, interval=1, warmup_steps=2, noise_floor_ms=20.0)
+    analysis = megatron.install(model, None, config=config, report_fn=lambda m, s: reports.append(m))
+    fb = get_forward_backward_func()
+    for step in range(STEPS):
+        with analysis.train_step():
+            fb(forward_step_func=forward_step, data_iterator=batches(rank, step), model=model,
+               num_microbatches=MICROBATCHES, seq_length=8, micro_batch_size=2, forward_only=False)
+            with analysis.section("optimizer"):
+                opt.step()
+            opt.zero_grad()
+    analysis.uninstall()
+    parallel_state.destroy_model_parallel()
+    return reports
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    megatron_on_cpu()
+    result = {phase: run_phase(slow_rank, rank) for phase, slow_rank in PHASES.items()}
+    if rank == 0:
+        keep = lambda m: {k: v for k, v in m.items() if k.startswith("straggler/whatif/") or k == "straggler/dropped_ops"}  # noqa: E731
+        with open(sys.argv[1], "w") as fh:
+            json.dump({phase: [keep(m) for m in reports] for phase, reports in result.items()}, fh)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
