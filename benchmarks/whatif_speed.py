@@ -2,14 +2,15 @@
 optionally side by side with the study's own pandas analysis, and synthetic 1F1B jobs of
 1,024 and 16,384 workers (dp x pp) with 32 microbatches x 10 steps.
 
-    .venv/bin/python benchmarks/whatif_speed.py [--artifact DIR --artifact-python PY] [--skip-16k]
+    .venv/bin/python benchmarks/whatif_speed.py [--artifact DIR --artifact-python PY] [--skip-16k] [--runs N]
 
 --artifact DIR: a copy of the study's artifact, run with --artifact-python (an interpreter
 with its requirements installed, default: this one) on the same traces, each script as a
 subprocess timed end to end: analyzer/wia.py (S, S_i), then compute_mw.py and
 compute_ms.py (M_W, M_S) on its result. Ours is timed the same way, as the
 `relax-straggler whatif PATH --format json` command (start-up, load, model, S, every S_i,
-by worker, M_W, M_S), and in process. The artifact is not a dependency of this project.
+by worker, M_W, M_S: best and median wall time and CPU time of --runs runs), and in
+process. The artifact is not a dependency of this project.
 Peak memory is the process's max RSS.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,19 +35,28 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def traces(artifact: Path | None, artifact_python: str) -> None:
+def traces(artifact: Path | None, artifact_python: str, runs: int) -> None:
     cli = Path(sys.executable).with_name("relax-straggler")
     for name in ("ST", "AR"):
         path = DATA / f"trace-{name}.parquet"
         best = min(_timed(lambda: run_whatif(path)) for _ in range(3))
-        command = min(_timed(lambda: subprocess.run([str(cli), "whatif", str(path), "--format", "json"], check=True,
-                                                    capture_output=True)) for _ in range(3))
-        line = f"{name}: ours {command:.3f} s end to end as a command ({best:.3f} s in process)"
+        walls, cpus = [], []
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            walls.append(_timed(lambda: subprocess.run([str(cli), "whatif", str(path), "--format", "json"],
+                                                       check=True, capture_output=True)))
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+        command = min(walls)
+        # CPU time (user + sys of the command) moves less than wall time with the machine's load.
+        line = (f"{name}: ours {command:.3f} s end to end as a command (median {statistics.median(walls):.3f} s, "
+                f"CPU {min(cpus):.3f} s, of {runs} runs; {best:.3f} s in process)")
         if artifact:
             theirs = _artifact(artifact, artifact_python, name)
             total = sum(theirs.values())
             parts = ", ".join(f"{k} {v:.2f} s" for k, v in theirs.items())
-            line += f"; artifact {total:.2f} s ({parts}) -> {total / command:.0f}x"
+            line += (f"; artifact {total:.2f} s ({parts}) -> {total / command:.0f}x "
+                     f"({total / statistics.median(walls):.0f}x of the median)")
         print(line, flush=True)
 
 
@@ -95,8 +106,9 @@ def main() -> None:
     ap.add_argument("--artifact", type=Path, default=None, help="a copy of the study's artifact")
     ap.add_argument("--artifact-python", default=sys.executable, help="the interpreter for the artifact")
     ap.add_argument("--skip-16k", action="store_true")
+    ap.add_argument("--runs", type=int, default=7, help="runs of the command per trace (best and median shown)")
     args = ap.parse_args()
-    traces(args.artifact, args.artifact_python)
+    traces(args.artifact, args.artifact_python, args.runs)
     synthetic(128, 8, by_worker=True)
     if not args.skip_16k:
         synthetic(1024, 16, by_worker=False)

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--corpus-bytes", type=int, default=2_000_000)
     p.add_argument("--contend-rank", type=int, default=1, help="Rank whose core gets a CPU hog (-1: none).")
     p.add_argument("--contend-steps", type=str, default="100:240", help="FIRST:LAST step of the contention.")
+    p.add_argument("--contend-procs", type=int, default=2,
+                   help="Busy processes sharing the contended rank's core (it keeps about 1/(N+1) of it).")
     p.add_argument("--inject-delay", action="append", default=[], metavar="RANK:STAGE:MS[:FROM]")
     p.add_argument("--output", type=str, default="runs/demo")
     p.add_argument("--log-every", type=int, default=20)
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     inject_delays(delays, model, optimizer)
 
     batches = Batches(load_corpus(args.corpus_bytes), args.batch_size, args.seq_len, args.seed, rank)
-    contender = Contender(core) if rank == args.contend_rank else None
+    contender = Contender(core, args.contend_procs) if rank == args.contend_rank else None
     losses, step_ms = [], []
     try:
         for step in range(args.steps):

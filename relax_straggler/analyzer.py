@@ -32,7 +32,7 @@ from relax_straggler.hooks import TrainingHooks
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
-from relax_straggler.report import Report, build_report
+from relax_straggler.report import Report, all_stages, build_report
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 
 log = logging.getLogger(__name__)
@@ -290,7 +290,8 @@ class Analyzer:
         wanted = ConfirmConfig.from_config(config)
         if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
-        verdict = self._verdict.update(report.step, report.judged_ms, report.stages, groups=report.groups)
+        verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
+                                       groups=report.groups)
         report.metrics.update(verdict.metrics())
         if verdict.window is not None:
             report.metrics.update(verdict.window.metrics())

@@ -126,7 +126,7 @@ class Facts:
     rank_ms: float  # the rank's time in the stage, latest report
     ref_ms: float  # its group's reference (median of the other ranks)
     excess_ms: float  # distance from the reference on the slow side
-    mean_ratio: float  # mean ratio over the recent reports the finding was tracked in
+    median_ratio: float  # median ratio over the recent reports the finding was tracked in (at most 8)
     noise: float  # learned relative noise sigma of the (group, stage)
     wait_caused_ms: float  # peers' wait at collectives traced to this finding, latest report
     waiting_ranks: tuple[int, ...]  # ranks whose wait (late arrival, p2p) traces back here
@@ -270,7 +270,7 @@ def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float])
 def _finding(f: Any) -> Finding:
     C = core().confirm
     x = f.facts
-    facts = Facts(rank_ms=x.rank_ms, ref_ms=x.ref_ms, excess_ms=x.excess_ms, mean_ratio=x.mean_ratio, noise=x.noise,
+    facts = Facts(rank_ms=x.rank_ms, ref_ms=x.ref_ms, excess_ms=x.excess_ms, median_ratio=x.median_ratio, noise=x.noise,
                   wait_caused_ms=x.wait_caused_ms, waiting_ranks=tuple(x.waiting_ranks),
                   reports_agreeing=x.reports_agreeing, reports_seen=x.reports_seen, window_votes=x.window_votes)
     return Finding(rank=f.rank, group=f.group, stage=f.stage_name, state=C.state_name(f.state),

@@ -32,6 +32,10 @@ import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
+# The largest sampling interval a command may set (the stage timer takes an int64; beyond a
+# few billion steps no step would ever be sampled anyway).
+MAX_INTERVAL = 2**31 - 1
+
 @dataclass(frozen=True)
 class ControlCommand:
     """A change to apply; None fields stay as they are. interval: steps (>= 1);
@@ -60,21 +64,23 @@ def parse_command(text: str, source: str) -> ControlCommand:
     unknown = sorted(set(obj) - known)
     if unknown:
         raise ValueError(f"{source}: unknown field(s) {unknown}; known: {sorted(known)}")
-    if not obj:
-        raise ValueError(f"{source}: the command changes nothing")
     enabled, interval = obj.get("enabled"), obj.get("interval")
     if enabled is not None and not isinstance(enabled, bool):
         raise ValueError(f"{source}: enabled must be true or false, got {enabled!r}")
-    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int) or interval < 1):
-        raise ValueError(f"{source}: interval must be an integer >= 1, got {interval!r}")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int)
+                                 or not 1 <= interval <= MAX_INTERVAL):
+        raise ValueError(f"{source}: interval must be an integer in [1, {MAX_INTERVAL}], got {interval!r}")
     for name, low in (("relative_threshold", 1.0), ("absolute_ms_threshold", 0.0)):
         value = obj.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or value < low):
             raise ValueError(f"{source}: {name} must be a finite number >= {low:g}, got {value!r}")
-    return ControlCommand(enabled, interval,
-                          None if obj.get("relative_threshold") is None else float(obj["relative_threshold"]),
-                          None if obj.get("absolute_ms_threshold") is None else float(obj["absolute_ms_threshold"]))
+    command = ControlCommand(enabled, interval,
+                             None if obj.get("relative_threshold") is None else float(obj["relative_threshold"]),
+                             None if obj.get("absolute_ms_threshold") is None else float(obj["absolute_ms_threshold"]))
+    if not command.changes():  # {} or only nulls
+        raise ValueError(f"{source}: the command changes nothing")
+    return command
 
 
 class ControlFile:

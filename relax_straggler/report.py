@@ -70,6 +70,15 @@ class Report:
         return int(self.device_ms.shape[0])
 
 
+def all_stages(ms: np.ndarray, stages: tuple[str, ...]) -> np.ndarray:
+    """(ranks, len(STAGES)) ms: `ms` (ranks, len(stages)) in the columns of its stages, NaN in
+    the others. The confirmed verdict is fed this: a report's stage subset changes whenever a
+    collective or a section runs on some steps only, and a new layout would start it over."""
+    out = np.full((ms.shape[0], len(STAGES)), np.nan)
+    out[:, [STAGES.index(s) for s in stages]] = ms
+    return out
+
+
 def verdict_config(config: StragglerConfig):
     C = core()
     ref = C.Reference.MEAN if config.ref == "mean" else C.Reference.MEDIAN

@@ -12,6 +12,11 @@ from typing import Any, Optional
 import numpy as np
 
 
+# The largest world an input may describe: the engine sizes its arrays by the world, so one
+# corrupt rank id must be refused, not allocated for (monitor, readers, analysis).
+MAX_WORLD_SIZE = 1 << 20
+
+
 @dataclass(frozen=True)
 class Topology:
     """Parallel layout: world_size = dp x pp x tp, ranks ordered tp fastest, then dp, then pp

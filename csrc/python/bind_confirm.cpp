@@ -88,7 +88,7 @@ void bind_confirm(py::module_& parent) {
       .def_readonly("rank_ms", &cf::Facts::rank_ms)
       .def_readonly("ref_ms", &cf::Facts::ref_ms)
       .def_readonly("excess_ms", &cf::Facts::excess_ms)
-      .def_readonly("mean_ratio", &cf::Facts::mean_ratio)
+      .def_readonly("median_ratio", &cf::Facts::median_ratio)
       .def_readonly("noise", &cf::Facts::noise)
       .def_readonly("wait_caused_ms", &cf::Facts::wait_caused_ms)
       .def_readonly("waiting_ranks", &cf::Facts::waiting_ranks)

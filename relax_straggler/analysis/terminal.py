@@ -106,6 +106,6 @@ def _confirmed_line(confirmed: dict, steps: int) -> str:
     if not found:
         return f"no straggler confirmed in {steps} steps (final state: {confirmed['final_status']})"
     top = found[0]
-    more = f"; {len(found) - 1} more" if len(found) > 1 else ""
+    more = f"; {len(found) - 1} more (rank, stage) pairs in the JSON" if len(found) > 1 else ""
     return (f"straggler rank {top['rank']} in {top['stage']} from step {top['since_step']} (named in {top['steps']} "
             f"steps, {top['median_ratio']:.2f}x its group; cause: {top['cause']}){more}")

@@ -13,17 +13,20 @@ from typing import Optional, Sequence
 COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest", "whatif")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser with every subcommand, or only `only` (one of COMMANDS): a command then
+    imports no other subcommand's modules."""
     parser = argparse.ArgumentParser(prog="relax-straggler", description="Straggler detection for distributed training.")
     parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in (only,) if only in COMMANDS else COMMANDS:
         importlib.import_module(f"relax_straggler.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
     # httpx logs every request at INFO (the ClickHouse store's polls); keep those for -v.
     logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)

@@ -38,12 +38,24 @@ def register(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+class _StderrConsole:
+    """A rich stderr console made on the first message: a clean run never imports rich."""
 
+    def __init__(self) -> None:
+        self._console = None
+
+    def print(self, *objects, **kwargs) -> None:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True)
+        self._console.print(*objects, **kwargs)
+
+
+def run(args: argparse.Namespace) -> int:
     from relax_straggler.whatif import analyze_records, read_op_input
 
-    err = Console(stderr=True)
+    err = _StderrConsole()
 
     def read():
         op_input = read_op_input(args.path, args.input_format, strict=args.strict, topology=topology_from_args(args),

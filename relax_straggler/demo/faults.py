@@ -46,18 +46,24 @@ def inject_delays(delays: dict[str, float], model: torch.nn.Module, optimizer: t
 
 
 class Contender:
-    """A busy-looping process pinned to one core: real CPU contention for that rank."""
+    """`procs` busy-looping processes pinned to one core: real CPU contention for the rank
+    on it, which then gets about 1 / (procs + 1) of its core (a throttled device)."""
 
-    def __init__(self, core: int) -> None:
+    def __init__(self, core: int, procs: int = 1) -> None:
+        if procs < 1:
+            raise ValueError(f"Contender: procs must be >= 1, got {procs}")
         self.core = core
-        self.proc: subprocess.Popen | None = None
+        self.procs = procs
+        self._running: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        os.sched_setaffinity(self.proc.pid, {self.core})
+        for _ in range(self.procs):
+            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            os.sched_setaffinity(proc.pid, {self.core})
+            self._running.append(proc)
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        for proc in self._running:
+            proc.kill()
+            proc.wait()
+        self._running.clear()

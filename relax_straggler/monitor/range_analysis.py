@@ -15,8 +15,6 @@ import time
 from dataclasses import asdict, replace
 from typing import Iterator, Optional
 
-import numpy as np
-
 from relax_straggler.analysis import Analysis, AnalyzeConfig, analyze, build_analysis
 from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.result import Anomaly
@@ -25,14 +23,13 @@ from relax_straggler.detect import WindowConfig
 from relax_straggler.stores.base import Store
 from relax_straggler.monitor.trigger import IterationRange
 from relax_straggler.readers.base import InputError, StepTimes
-from relax_straggler.topology import Topology
+from relax_straggler.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.metrics_rows import StoreSource
 
 # Evidence lines kept per result.
 MAX_EVIDENCE = 12
-# Largest rank id + 1 an analysis accepts (and largest registered layout, api.py): the engine
-# sizes its arrays by the world, so one stray rank id in the rows must not size them.
-MAX_RANKS = 1 << 20
+# Largest rank id + 1 an analysis accepts (and largest registered layout, api.py).
+MAX_RANKS = MAX_WORLD_SIZE
 
 
 class _Recording:

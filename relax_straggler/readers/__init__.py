@@ -13,60 +13,73 @@ first bytes when not given):
 and, instead of a file, a job in a ClickHouse megatron_metrics table:
 ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
 
-A new format registers a class with the Source protocol's constructor
-``(path, problems, topology=None, meta=None)`` in READERS. The per-op trace readers also
-take ``ops=True`` and then keep their valid ops for the what-if simulator
+A new format registers its module and class (the Source protocol's constructor
+``(path, problems, topology=None, meta=None)``) in READERS; a reader's module is imported
+only when its format is opened, so a command pays only for the readers it uses. The per-op
+trace readers also take ``ops=True`` and then keep their valid ops for the what-if simulator
 (``source.op_records()``, readers/op_records.py).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Problem, Problems, Source, Step, StepTimes
-from relax_straggler.readers.chrome_trace import ChromeTraceReader
-from relax_straggler.readers.megatron_log import MegatronLogReader
 from relax_straggler.readers.op_records import OpRecords
-from relax_straggler.readers.parquet_trace import ParquetTraceReader
-from relax_straggler.readers.straggler_jsonl import StragglerJsonlReader
 
+if TYPE_CHECKING:
+    from relax_straggler.topology import Topology
+
+STRAGGLER_JSONL = "straggler-jsonl"
+MEGATRON_LOG = "megatron-log"
+CHROME_TRACE = "chrome-trace"
+PARQUET_TRACE = "parquet-trace"
+
+# format -> (module under relax_straggler.readers, reader class); the class's `format` is the key.
 READERS = {
-    StragglerJsonlReader.format: StragglerJsonlReader,
-    MegatronLogReader.format: MegatronLogReader,
-    ChromeTraceReader.format: ChromeTraceReader,
-    ParquetTraceReader.format: ParquetTraceReader,
+    STRAGGLER_JSONL: ("straggler_jsonl", "StragglerJsonlReader"),
+    MEGATRON_LOG: ("megatron_log", "MegatronLogReader"),
+    CHROME_TRACE: ("chrome_trace", "ChromeTraceReader"),
+    PARQUET_TRACE: ("parquet_trace", "ParquetTraceReader"),
 }
 
 # Formats with per-op records (start, duration, step, seq_id per op): what-if input.
-OP_FORMATS = (ChromeTraceReader.format, ParquetTraceReader.format)
+OP_FORMATS = (CHROME_TRACE, PARQUET_TRACE)
 
 __all__ = ["OP_FORMATS", "OpRecords", "P2P_OPS", "READERS",
            "InputError", "MinMaxStep", "Problem", "Problems", "Source", "Step", "StepTimes",
-           "detect_format", "open_source"]
+           "detect_format", "open_source", "reader_class"]
+
+
+def reader_class(fmt: str) -> type:
+    """The reader class of a format in READERS, importing its module. Raises KeyError."""
+    module, name = READERS[fmt]
+    return getattr(importlib.import_module(f"relax_straggler.readers.{module}"), name)
 
 
 def detect_format(path: str) -> str:
     """The format of `path` from its name, else from its first bytes. Raises InputError."""
     name = os.path.basename(path).lower()
     if name.endswith(".parquet"):
-        return ParquetTraceReader.format
+        return PARQUET_TRACE
     if name.endswith((".json", ".json.gz")):
-        return ChromeTraceReader.format
+        return CHROME_TRACE
     if name.endswith(".jsonl"):
-        return StragglerJsonlReader.format
+        return STRAGGLER_JSONL
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
     if head[:4] == b"PAR1":
-        return ParquetTraceReader.format
+        return PARQUET_TRACE
     if head[:2] == b"\x1f\x8b" or head.lstrip()[:1] == b"[":
-        return ChromeTraceReader.format
+        return CHROME_TRACE
     if head.lstrip()[:1] == b"{":
-        return ChromeTraceReader.format if b'"traceEvents"' in head else StragglerJsonlReader.format
-    return MegatronLogReader.format
+        return CHROME_TRACE if b'"traceEvents"' in head else STRAGGLER_JSONL
+    return MEGATRON_LOG
 
 
 def open_source(path: str, format: Optional[str] = None, strict: bool = False, topology: Optional[Topology] = None,
@@ -89,6 +102,7 @@ def open_source(path: str, format: Optional[str] = None, strict: bool = False, t
     if fmt not in READERS:
         raise InputError(f"{path}: unknown format {fmt!r}; formats: {', '.join(READERS)}")
     problems = Problems(path, strict=strict)
+    reader = reader_class(fmt)
     if ops and fmt in OP_FORMATS:
-        return READERS[fmt](path, problems, topology=topology, meta=meta, ops=True)
-    return READERS[fmt](path, problems, topology=topology, meta=meta)
+        return reader(path, problems, topology=topology, meta=meta, ops=True)
+    return reader(path, problems, topology=topology, meta=meta)

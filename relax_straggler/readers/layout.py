@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.readers.base import InputError
-from relax_straggler.topology import Layout, Topology
+from relax_straggler.topology import MAX_WORLD_SIZE, Layout, Topology
 
 
 def out_of_bounds(topology: Topology, dp: np.ndarray, pp: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -35,6 +35,10 @@ def resolve_layout(path: str, workers: dict[int, tuple[int, int]], first_row: di
     if not workers:
         raise InputError(f"{path}: no usable operation rows")
     ranks = np.fromiter(workers, dtype=np.int64, count=len(workers))
+    if int(ranks.max()) >= MAX_WORLD_SIZE:
+        rank = int(ranks.max())
+        raise InputError(f"{path}:{first_row[rank]}: rank {rank} is beyond the {MAX_WORLD_SIZE:,} ranks a job may "
+                         "have (a corrupt value?)")
     coords = np.array(list(workers.values()), dtype=np.int64).reshape(-1, 2)
     dps, pps = coords[:, 0], coords[:, 1]
     if declared is not None:

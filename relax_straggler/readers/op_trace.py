@@ -99,22 +99,26 @@ class DuplicateFilter:
 
     def seen_before(self, keys: np.ndarray) -> np.ndarray:
         keys = np.asarray(keys, dtype=np.int64)
-        dup = np.zeros(keys.shape, dtype=bool)
-        for part in self._parts:
-            idx = np.searchsorted(part, keys)
-            idx[idx == part.size] = 0
-            dup |= part[idx] == keys
         order = np.argsort(keys, kind="stable")
         sorted_keys = keys[order]
-        within = np.zeros(keys.shape, dtype=bool)
-        within[order[1:]] = sorted_keys[1:] == sorted_keys[:-1]
-        dup |= within
-        fresh = np.unique(keys[~dup])
+        # Found in sorted order (searchsorted of sorted needles walks the part once).
+        dup_sorted = np.zeros(keys.shape, dtype=bool)
+        dup_sorted[1:] = sorted_keys[1:] == sorted_keys[:-1]
+        for part in self._parts:
+            idx = np.searchsorted(part, sorted_keys)
+            idx[idx == part.size] = 0
+            dup_sorted |= part[idx] == sorted_keys
+        dup = np.empty(keys.shape, dtype=bool)
+        dup[order] = dup_sorted
+        # Sorted and unique; parts are disjoint, so a merge is a sort of the two
+        # (np.unique / union1d would hash again and import numpy.ma).
+        fresh = sorted_keys[~dup_sorted]
         if fresh.size == 0:
             return dup
         self._parts.append(fresh)
         while len(self._parts) > 1 and self._parts[-1].size >= self._parts[-2].size:
-            merged = np.union1d(self._parts.pop(), self._parts.pop())
+            merged = np.concatenate((self._parts.pop(), self._parts.pop()))
+            merged.sort()
             self._parts.append(merged)
         return dup
 

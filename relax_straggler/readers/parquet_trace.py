@@ -21,7 +21,6 @@ from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from relax_straggler.readers.base import InputError, Problems, StepTimes
@@ -128,7 +127,7 @@ class ParquetTraceReader:
         start_ms = self._numeric(batch, "start_ts", np.float64) * 1e3 if "start_ts" in self._columns else None
         optype = batch.column("optype")
         if not pa.types.is_dictionary(optype.type):
-            optype = pc.dictionary_encode(optype)
+            optype = optype.dictionary_encode()  # imports pyarrow.compute only for such a file
         names = optype.dictionary.to_pylist()
         codes = optype.indices.to_numpy(zero_copy_only=False)
 

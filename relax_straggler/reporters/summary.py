@@ -31,8 +31,9 @@ class Finding:
 class Confirmed:
     """A (rank, stage) the confirmed verdict named a straggler: first_step: the since_step of
     its first confirmation; reports: reports that named it; reports_after: reports from its
-    first confirmation on; median_ratio: median of its ratio to its group over those reports;
-    cause: the inferred cause most often given."""
+    first confirmation on; median_ratio / median_excess_ms: median of its ratio to its group
+    and of its excess over the group's reference (ms) over those reports; cause: the inferred
+    cause most often given."""
 
     rank: int
     stage: str
@@ -40,6 +41,7 @@ class Confirmed:
     reports: int
     reports_after: int
     median_ratio: float
+    median_excess_ms: float
     cause: str
 
     def __str__(self) -> str:
@@ -84,25 +86,39 @@ class RunSummary:
                 continue
             entry = self._confirmed.setdefault((f.rank, f.stage), {
                 "first_step": f.since_step, "first_report": self.reports, "reports": 0,
-                "ratios": collections.deque(maxlen=256), "causes": collections.Counter()})
+                "ratios": collections.deque(maxlen=256), "excess": collections.deque(maxlen=256),
+                "causes": collections.Counter()})
             entry["reports"] += 1
             entry["ratios"].append(f.ratio)
+            entry["excess"].append(f.facts.excess_ms)
             entry["causes"][f.cause] += 1
 
     def confirmed(self) -> list[Confirmed]:
-        """Every (rank, stage) the confirmed verdict named a straggler, most reports first."""
+        """Every (rank, stage) the confirmed verdict named a straggler: most reports first, then
+        the largest excess (what costs the job most)."""
         with self._lock:
             out = [Confirmed(rank, stage, e["first_step"], e["reports"], self.reports - e["first_report"] + 1,
-                             float(np.median(e["ratios"])), e["causes"].most_common(1)[0][0])
+                             float(np.median(e["ratios"])), float(np.median(e["excess"])),
+                             e["causes"].most_common(1)[0][0])
                    for (rank, stage), e in self._confirmed.items()]
-        return sorted(out, key=lambda c: (-c.reports, c.first_step))
+        return sorted(out, key=lambda c: (-c.reports, -c.median_excess_ms, c.first_step))
 
     def headline(self) -> str:
-        """The run's one-line verdict."""
+        """The run's one-line verdict: the rank confirmed in the most reports, from its first
+        confirmation, in the stage where it costs most (largest excess), its other stages."""
         confirmed = self.confirmed()
-        if confirmed:
-            return str(confirmed[0])
-        return f"no straggler confirmed in {self.reports} reports"
+        if not confirmed:
+            return f"no straggler confirmed in {self.reports} reports"
+        rank = confirmed[0].rank
+        mine = [c for c in confirmed if c.rank == rank]
+        worst = max(mine, key=lambda c: c.median_excess_ms)
+        first = min(mine, key=lambda c: c.first_step)
+        named = max(c.reports for c in mine)
+        others = [c.stage for c in mine if c is not worst]
+        also = f"; also in {', '.join(others)}" if others else ""
+        return (f"straggler rank {rank} confirmed from step {first.first_step} (named in {named} of "
+                f"{first.reports_after} reports since), costing most in {worst.stage}: {worst.median_ratio:.2f}x its "
+                f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}")
 
     def findings(self) -> list[Finding]:
         """(rank, stage) pairs ever flagged by the per-step RFC rule, most often flagged first."""

@@ -53,7 +53,7 @@ def _from_columns(cols: dict[str, np.ndarray], names: list[str], source: str) ->
         if bad.any():
             raise WhatIfInputError(f"{source}: row {int(np.argmax(bad))}: {key} must be finite (and >= 0 for duration)")
     # Keep only the op types used, so unused dictionary entries need no role.
-    used = np.unique(cols["optype"])
+    used = np.flatnonzero(np.bincount(cols["optype"].astype(np.int64), minlength=len(names)))
     remap = np.full(len(names), -1, dtype=np.int32)
     remap[used] = np.arange(len(used), dtype=np.int32)
     rec = OpRecords(
@@ -72,9 +72,10 @@ def one_rank_per_worker(rec: OpRecords) -> OpRecords:
     keys = rec.dp_rank.astype(np.int64) * (1 << 20) + rec.stage
     width = int(rec.rank.max()) + 2 if len(rec) else 1
     packed, inverse = np.unique(keys * width + (rec.rank + 1), return_inverse=True)  # 1-D: faster than axis=0
-    if len(packed) == len(np.unique(keys)):
+    workers = packed // width  # sorted, so distinct workers are where it changes
+    if len(packed) == np.count_nonzero(np.diff(workers)) + (len(workers) > 0):
         return rec
-    pairs = np.stack([packed // width, packed % width - 1], axis=1)
+    pairs = np.stack([workers, packed % width - 1], axis=1)
     compute = np.isin(rec.optype, [i for i, n in enumerate(rec.optype_names) if n in _COMPUTE])
     totals = np.bincount(inverse, weights=np.where(compute, rec.duration, 0.0), minlength=len(pairs))
     best: dict[int, tuple[float, int]] = {}
@@ -86,6 +87,19 @@ def one_rank_per_worker(rec: OpRecords) -> OpRecords:
     return OpRecords(*(getattr(rec, f)[mask] for f in ("dp_rank", "stage", "step", "optype", "start", "duration",
                                                       "seq_id", "microbatch", "chunk")),
                      optype_names=rec.optype_names, rank=rec.rank[mask])
+
+
+def _rows_to_columns(rows: list[tuple], source: str) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Columns of per-op row tuples (dp_rank, stage, step, optype name, start, duration, seq_id,
+    microbatch, chunk, rank); optype becomes an index into the sorted names."""
+    if not rows:
+        raise WhatIfInputError(f"{source}: no per-op records")
+    names = sorted({r[3] for r in rows})
+    index = {n: i for i, n in enumerate(names)}
+    keys = ("dp_rank", "stage", "step", "optype", "start", "duration", "seq_id", "microbatch", "chunk", "rank")
+    cols = {k: np.array([index[r[3]] for r in rows] if k == "optype" else [r[i] for r in rows])
+            for i, k in enumerate(keys)}
+    return cols, names
 
 
 def _load_jsonl(path: Path) -> OpRecords:

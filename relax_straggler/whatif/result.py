@@ -155,6 +155,8 @@ def analyze_records(rec: OpRecords, *, by_worker: bool = True, top_fraction: flo
     r = model.analyze(optype_group, top_fraction, by_worker, threads)
     dps, steps, pp = list(model.dp_ranks), list(model.steps), model.pp
     names = list(groups)
+    # Each attribute read converts the engine's whole vector: read the per-step tables once.
+    dp_ps, stage_ps, group_ps = r.by_dp_per_step, r.by_stage_per_step, r.by_group_per_step
     report = WhatIfReport(
         slowdown=r.slowdown, simulation_error=r.simulation_error, steps=steps,
         measured_step_s=list(r.measured_step_s), replayed_step_s=list(r.replayed_step_s),
@@ -162,11 +164,10 @@ def analyze_records(rec: OpRecords, *, by_worker: bool = True, top_fraction: flo
         by_dp_rank=dict(zip(dps, r.by_dp)), by_stage=dict(enumerate(r.by_stage)),
         by_optype={names[g]: v for g, v in enumerate(r.by_group) if not math.isnan(v)},
         by_worker={(dps[w // pp], w % pp): v for w, v in enumerate(r.by_worker)},
-        by_dp_rank_per_step={st: {dps[i]: r.by_dp_per_step[i][k] for i in range(len(dps))}
-                             for k, st in enumerate(steps)},
-        by_stage_per_step={st: {s: r.by_stage_per_step[s][k] for s in range(pp)} for k, st in enumerate(steps)},
-        by_optype_per_step={st: {names[g]: r.by_group_per_step[g][k] for g in range(len(names))
-                                 if r.by_group_per_step[g]} for k, st in enumerate(steps)},
+        by_dp_rank_per_step={st: {dps[i]: dp_ps[i][k] for i in range(len(dps))} for k, st in enumerate(steps)},
+        by_stage_per_step={st: {s: stage_ps[s][k] for s in range(pp)} for k, st in enumerate(steps)},
+        by_optype_per_step={st: {names[g]: group_ps[g][k] for g in range(len(names)) if group_ps[g]}
+                            for k, st in enumerate(steps)},
         top_workers=[(dps[w // pp], w % pp) for w in r.top_workers],
         m_w=GiveBack.of(r.m_w), m_s=GiveBack.of(r.m_s), model=model)
     report.seconds = time.perf_counter() - t0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import numpy as np
 import pyarrow as pa
@@ -246,3 +247,16 @@ def test_megatron_log_with_context_parallel_and_virtual_pipeline(tmp_path):
     assert _only_anomaly(s)["ranks"] == [base, base + 1]
     topo = s["input"]["topology"]
     assert (topo["dp"], topo["dsp"], topo["vpp"], topo["world_size"]) == (DP, 2, 2, DP * PP * 2)
+
+
+def test_a_corrupt_huge_rank_is_refused_naming_its_row(tmp_path):
+    # One rank value of 2**40 in a trace without a layout: refused at once, not allocated for.
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "whatif-traces",
+                       "trace-ST.parquet")
+    table = pq.read_table(src)
+    ranks = table.column("rank").to_pylist()
+    ranks[7] = 2**40
+    bad = tmp_path / "trace-huge.parquet"
+    pq.write_table(table.set_column(table.schema.get_field_index("rank"), "rank", pa.array(ranks, pa.int64())), bad)
+    with pytest.raises(InputError, match=r"trace-huge.parquet:8: rank 1099511627776 is beyond"):
+        analyze(open_source(str(bad)))

@@ -356,3 +356,21 @@ def test_relax_attach_installs_once_per_process_and_logs_through_tracking_utils(
         relax.detach()
     assert [m["train/step"] for m, _ in logged] == [0, 1, 2, 3]
     assert all(key == "train/step" and m["straggler/forward/local_ms"] > 0 for m, key in logged)
+
+
+def test_pp2_dp2_a_slow_last_stage_rank_is_confirmed_and_the_waiting_stage_never_blamed(tmp_path):
+    pytest.importorskip("megatron.core")
+    out = tmp_path / "pp_dp.json"
+    torchrun(4, REPO / "tests" / "python" / "workers" / "megatron_pp_dp.py", [str(out)], timeout_s=200)
+    result = json.loads(out.read_text())
+    onset, slow = result["onset"], result["slow_rank"]
+    named = [(s, m["straggler/verdict/rank"], m["straggler/verdict/stage"]) for s, m in result["reports"]]
+    # Nobody before the onset; rank 3 in forward within 3 reports after it, from then on.
+    assert [n for n in named if n[0] < onset and n[1] != -1] == [], named
+    after = [n for n in named if n[0] >= onset]
+    first = next(i for i, n in enumerate(after) if n[1] == slow)
+    assert first <= 2, named
+    assert all(n[1:] == (slow, "forward") for n in after[first:]), named
+    # Stage 0 (ranks 0, 1) waits on it in the pipeline recvs and rank 2 in the gradient
+    # all-reduce: never named.
+    assert not any(n[1] in (0, 1, 2) for n in named), named

@@ -99,3 +99,19 @@ def test_side_group_aggregation_equals_the_core_on_the_same_matrix(tmp_path):
         assert r["bottleneck"][0] == r["bottleneck"][1] == "backward"
         assert r["hints"][0] == r["hints"][1]
         assert r["report"]["backward"] == [r["step"] % 3, [r["step"] % 3]]
+
+
+def test_the_demo_confirms_the_contended_rank_within_3_reports_and_nobody_before(tmp_path):
+    # The demo's own model and contention (two busy processes on rank 1's core from step 70),
+    # reports every 5 steps.
+    out = tmp_path / "demo"
+    torchrun(2, REPO / "examples" / "train_gpt.py", ["--straggler-analysis", "--output", str(out), "--steps", "150",
+                                                     "--contend-steps", "70:150", "--straggler-interval", "5",
+                                                     "--log-every", "1000"])
+    reports = [json.loads(line) for line in (out / "straggler.jsonl").read_text().splitlines()]
+    named = [(r["step"], r["metrics"]["straggler/verdict/rank"]) for r in reports]
+    assert [n for n in named if n[0] < 70 and n[1] != -1] == [], named
+    after = [rank for step, rank in named if step >= 70]
+    first = after.index(1)
+    assert first <= 2, named
+    assert sum(rank == 1 for rank in after[first:]) >= 0.9 * len(after[first:]), named

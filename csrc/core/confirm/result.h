@@ -48,7 +48,7 @@ struct Facts {
   double rank_ms = 0.0;    // the rank's time in the stage this report (per token when workload given)
   double ref_ms = 0.0;     // its comparison group's reference (median of the other ranks)
   double excess_ms = 0.0;  // distance from the reference on the slow side, ms (>= 0 when slow)
-  double mean_ratio = 0.0;  // mean ratio over the recent reports the finding has been tracked (at most history)
+  double median_ratio = 0.0;  // median ratio over the recent reports the finding has been tracked (at most history)
   double noise = 0.0;      // learned relative noise sigma of the (group, stage)
   // Late arrivals of this rank (or of ranks waiting on it) at collectives this report:
   // the time the peers of each late rank waited, summed, ms.

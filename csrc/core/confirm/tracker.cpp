@@ -210,7 +210,7 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
   const std::size_t S = stages_.size(), s = static_cast<std::size_t>(e.stage);
   const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S + s;
   const std::size_t cell = static_cast<std::size_t>(e.rank) * S + s;
-  e.strong = e.weak = e.window_ok = e.mean_agrees = false;
+  e.strong = e.weak = e.window_ok = e.median_agrees = false;
   e.votes = 0;
   e.wait_caused_ms = 0.0;
   e.waiting.clear();
@@ -239,26 +239,49 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
   ++e.ratios_n;
   const std::size_t n = std::min(static_cast<std::size_t>(e.ratios_n), H);
   values_.assign(e.ratios.begin(), e.ratios.begin() + static_cast<std::ptrdiff_t>(n));
-  const double mean = nan_median(Values(values_), median_scratch_);
+  const double median = nan_median(Values(values_), median_scratch_);
   const double band = cfg_.window_sigmas * 1.2533 * sig / std::sqrt(static_cast<double>(n));
-  const bool enough = n >= static_cast<std::size_t>(cfg_.confirm_reports);
-  // The impact rule: an excess too small against the step cannot be the job's problem.
+  // A full history: the ensemble names a rank from a window of reports, and a few tracked
+  // reports of a rank with two scheduling spikes would give a median that is one of them.
+  const bool enough = n >= H;
+  // The impact rule: an excess too small against the step cannot be the job's problem. For
+  // the window path, the typical excess (the median ratio's), summed over the rank's stages
+  // afterwards (window_impact), must matter as much.
   const double excess_ms = e.dir == Dir::kLate ? ref - t : t - ref;
+  e.typical_ms = e.dir == Dir::kLate ? ref * (1.0 - median) : ref * (median - 1.0);
   const bool matters = excess_ms >= cfg_.min_impact * budget_ms_;
   if (e.dir == Dir::kLate) {
     e.ratio = ref / t;
-    e.mean = 1.0 / mean;
+    e.median = 1.0 / median;
     e.strong = matters && x < lo_[gs];
     e.weak = x < 1.0 - sig;
-    e.mean_agrees = enough && mean <= 1.0 - band;
+    e.median_agrees = enough && median <= 1.0 - band;
   } else {
     e.ratio = x;
-    e.mean = mean;
+    e.median = median;
     e.strong = matters && x > hi_[gs];
     e.weak = x > 1.0 + sig;
-    e.mean_agrees = enough && mean >= 1.0 + band;
+    e.median_agrees = enough && median >= 1.0 + band;
   }
-  e.window_ok = e.named && e.mean_agrees;
+  e.window_ok = e.named && e.median_agrees;
+}
+
+void ConfirmTracker::window_impact() {
+  // A 5 % slower rank is 2 ms late in a 40 ms forward and 4 ms in an 80 ms backward: under
+  // 2 % of the step in each, over it in sum. Jitter of one 1 ms stage stays under it.
+  typical_.clear();
+  for (const auto& [key, e] : entries_) {
+    (void)key;
+    if (e.finite && e.median_agrees && e.dir == Dir::kSlow) typical_[e.rank] += e.typical_ms;
+  }
+  const double impact_ms = cfg_.min_impact * budget_ms_;
+  for (auto& [key, e] : entries_) {
+    (void)key;
+    if (!e.median_agrees) continue;
+    const double typical = e.dir == Dir::kSlow ? typical_[e.rank] : e.typical_ms;
+    e.median_agrees = typical >= impact_ms;
+    e.window_ok = e.named && e.median_agrees;
+  }
 }
 
 void ConfirmTracker::add_waiting(Entry& culprit, std::int32_t rank) {
@@ -350,10 +373,9 @@ void ConfirmTracker::advance(Entry& e, std::int64_t step) {
   if (e.state == State::kStraggler) {
     e.persistent = e.persistent || persistent;
     e.by_window = e.by_window || e.window_ok;
-    // Confirmed by the ensemble: kept while it still names the rank or its mean agrees
-    // (an intermittent straggler has reports with no slow step among them).
-    const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports ||
-                         (e.by_window && (e.mean_agrees || e.named));
+    // Confirmed by the ensemble: kept while the median of its recent ratios still agrees (the
+    // ensemble's answer is up to window_every reports old, so its naming alone keeps nothing).
+    const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports || (e.by_window && e.median_agrees);
     if (!keep_it) e.state = State::kRecovered, e.since = step;
   } else if (persistent || e.window_ok) {
     e.state = State::kStraggler;
@@ -412,12 +434,17 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
   }
 }
 
+// The chance per report that jitter alone makes some rank of a group reach a streak long
+// enough to confirm, per stage: 2e-4 (a healthy run of 50 reports x 5 stages then expects
+// 0.05 false confirmations per group).
+constexpr double kStreakBudget = 2e-4;
+
 std::int32_t ConfirmTracker::needed_streak(std::size_t gs) const {
   const double rate = spike_rate_[gs];
   const std::size_t g = gs / stages_.size();
   const double size = static_cast<double>(group_start_[g + 1] - group_start_[g]);
   if (!(rate > 0.0)) return cfg_.confirm_reports;
-  const double n = std::ceil(std::log(1e-3 / size) / std::log(std::min(rate, 0.9)));
+  const double n = std::ceil(std::log(kStreakBudget / size) / std::log(std::min(rate, 0.9)));
   return static_cast<std::int32_t>(std::clamp(n, static_cast<double>(cfg_.confirm_reports),
                                               static_cast<double>(std::max(cfg_.history, cfg_.confirm_reports))));
 }
@@ -431,8 +458,9 @@ void ConfirmTracker::learn_noise() {
     const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S +
                            static_cast<std::size_t>(e.stage);
     if (e.strong || e.state == State::kSuspected || e.state == State::kStraggler) busy_[gs] = 1;
-    // Spikes of ranks not confirmed (a confirmed straggler's own evidence is no jitter).
-    if (e.strong && e.dir != Dir::kLink && e.state != State::kStraggler) ++spikes_[gs];
+    // The starts of streaks: for independent jitter about its spike rate, while a real
+    // straggler's own streak counts once (in a group of two it would double the rate).
+    if (e.strong && e.streak == 1 && e.dir != Dir::kLink) ++spikes_[gs];
   }
   const double beta = 1.0 / static_cast<double>(mem);
   for (std::size_t gs = 0; gs < spike_rate_.size(); ++gs) {

@@ -17,14 +17,15 @@
 //                  (suspected before); recover_reports without it recover it. Where
 //                  healthy ranks show slow evidence too (heavy-tailed jitter: a 1 ms stage
 //                  at 4x in one report of ten on a crowded host), more reports are
-//                  needed: with r the (group, stage)'s running share of healthy ranks with
-//                  slow evidence, the streak must reach log(1e-3 / group size) / log(r),
-//                  so that a healthy rank's chance of such a streak stays ~1e-3 / group
+//                  needed: with r the (group, stage)'s running share of ranks starting a
+//                  streak of slow evidence, the streak must reach log(2e-4 / group size) / log(r),
+//                  so that a healthy rank's chance of such a streak stays ~2e-4 / group
 //                  size per report (at most history reports);
-//   window vote    a rank named by the window ensemble (detect::detect_window) whose mean
-//                  ratio over the reports since (>= confirm_reports) stands window_sigmas
-//                  standard errors beyond 1 is confirmed too: this is how slowdowns under
-//                  the RFC effect size are confirmed (5 %), over a window, not one report;
+//   window vote    a rank named by the window ensemble (detect::detect_window) whose median
+//                  ratio over its last `history` tracked reports stands window_sigmas
+//                  standard errors beyond 1 is confirmed too, and stays so while that
+//                  median agrees: this is how slowdowns under the RFC effect size are
+//                  confirmed (5 %), over a window, not one report;
 //   wait chain     a late arrival explained by the rank's own compute or by a wait on a
 //                  pipeline peer is never blamed (wait_chain.h); a longer collective than
 //                  the group's is no link while some rank is slow in compute (it may be
@@ -88,8 +89,9 @@ class ConfirmTracker {
     std::int32_t ratios_n = 0;
     bool named = false;  // the window ensemble names it
     // This report.
-    bool finite = false, strong = false, weak = false, window_ok = false, mean_agrees = false;
-    double t = 0.0, ref = 0.0, ratio = 1.0, mean = 1.0;
+    bool finite = false, strong = false, weak = false, window_ok = false, median_agrees = false;
+    double t = 0.0, ref = 0.0, ratio = 1.0, median = 1.0;
+    double typical_ms = 0.0;  // the excess of the median ratio, ms (window path impact)
     std::int32_t votes = 0;
     double wait_caused_ms = 0.0;
     std::vector<std::int32_t> waiting;
@@ -109,6 +111,7 @@ class ConfirmTracker {
   void evaluate(Entry& e, const double* ms);
   void trace_blame(const double* ms);
   static void add_waiting(Entry& culprit, std::int32_t rank);
+  void window_impact();
   void advance(Entry& e, std::int64_t step);
   void judge_imbalance(std::int64_t step);
   void learn_noise();
@@ -138,7 +141,7 @@ class ConfirmTracker {
   std::vector<std::int32_t> noise_count_;
   std::vector<double> sigma_;
   std::vector<char> busy_;  // a suspect this report: the noise is not learned from it
-  std::vector<double> spike_rate_;  // running share of unconfirmed ranks with slow evidence
+  std::vector<double> spike_rate_;  // running share of ranks starting a streak of slow evidence
   std::vector<std::int32_t> spikes_;  // this report's count of them
   std::vector<double> hi_ms_, lo_ms_;  // scan's bands in ms: a cell outside may be an outlier
   std::unordered_map<std::int64_t, Entry> entries_;
@@ -151,6 +154,7 @@ class ConfirmTracker {
   std::vector<std::int64_t> outliers_;
   std::vector<SlowRank> slow_;
   std::vector<char> late_groups_;  // per (group, stage): a late arrival this report
+  std::unordered_map<std::int32_t, double> typical_;  // rank -> typical excess over its stages, ms
 };
 
 }  // namespace relax_straggler::core::confirm

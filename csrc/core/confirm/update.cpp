@@ -102,6 +102,7 @@ ConfirmResult ConfirmTracker::update(const StepMatrix& matrix, const std::vector
     (void)key;
     evaluate(e, ms);
   }
+  window_impact();
   trace_blame(ms);
   for (auto& [key, e] : entries_) {
     (void)key;
@@ -146,7 +147,7 @@ ConfirmResult ConfirmTracker::result(std::int64_t step, bool reset) const {
     f.facts.rank_ms = e.t;
     f.facts.ref_ms = e.ref;
     f.facts.excess_ms = e.dir == Dir::kLate ? e.ref - e.t : e.t - e.ref;
-    f.facts.mean_ratio = e.mean;
+    f.facts.median_ratio = e.median;
     f.facts.noise = sigma(static_cast<std::size_t>(f.group) * S + static_cast<std::size_t>(e.stage));
     f.facts.wait_caused_ms = e.wait_caused_ms;
     f.facts.waiting_ranks = e.waiting;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/whatif/replay.h"
@@ -55,11 +56,59 @@ std::vector<TemplateOp> stage_template(std::int32_t s, std::int32_t pp, std::int
   return ops;
 }
 
+// One stage's interleaved order (synthetic.h); seq_id k of a compute is virtual microbatch k.
+std::vector<TemplateOp> interleaved_template(std::int32_t s, std::int32_t pp, std::int32_t mb, std::int32_t vpp,
+                                             bool dp, const std::vector<OpRole>& roles) {
+  std::vector<TemplateOp> ops;
+  double t = 0.0;
+  auto add = [&](Type ty, std::int32_t seq, std::int32_t chunk) {
+    ops.push_back({roles[ty], ty, seq, chunk, t, t + 0.5});
+    t += 1.0;
+  };
+  auto chunk_of = [&](std::int32_t k, bool forward) {
+    const std::int32_t c = (k % (pp * vpp)) / pp;
+    return forward ? c : vpp - 1 - c;
+  };
+  auto fwd = [&](std::int32_t k) {
+    for (Type ty : {kFr, kF, kFs}) add(ty, k, chunk_of(k, true));
+  };
+  auto bwd = [&](std::int32_t k) {
+    for (Type ty : {kBr, kB, kBs}) add(ty, k, chunk_of(k, false));
+  };
+  const std::int32_t total = mb * vpp;
+  const std::int32_t warm = mb == pp ? total : std::min(total, (pp - s - 1) * 2 + (vpp - 1) * pp);
+  if (dp) {
+    for (std::int32_t c = 0; c < vpp; ++c) add(kAg, c, c);
+  }
+  for (std::int32_t k = 0; k < warm; ++k) fwd(k);
+  for (std::int32_t i = 0; i < total - warm; ++i) {
+    fwd(warm + i);
+    bwd(i);
+  }
+  for (std::int32_t k = total - warm; k < total; ++k) bwd(k);
+  add(kGc, 0, -1);
+  add(kLn, 0, -1);
+  if (s == 0 || s == pp - 1) add(kEmb, 0, -1);
+  if (dp) {
+    for (std::int32_t c = 0; c < vpp; ++c) add(kRs, c, c);
+  }
+  add(kClip, 0, -1);
+  add(kOpt, 0, -1);
+  return ops;
+}
+
+bool is_p2p(std::int32_t t) { return t == kFs || t == kFr || t == kBs || t == kBr; }
+
 }  // namespace
 
 WhatIfModel synthetic_model(const SyntheticSpec& spec) {
-  if (spec.dp < 1 || spec.pp < 1 || spec.microbatches < 1 || spec.steps < 1) {
-    throw std::invalid_argument("synthetic job: dp, pp, microbatches and steps must be >= 1");
+  if (spec.dp < 1 || spec.pp < 1 || spec.microbatches < 1 || spec.steps < 1 || spec.vpp < 1) {
+    throw std::invalid_argument("synthetic job: dp, pp, microbatches, steps and vpp must be >= 1");
+  }
+  if (spec.vpp > 1 && spec.microbatches % spec.pp != 0) {
+    throw std::invalid_argument("synthetic job: an interleaved schedule (vpp " + std::to_string(spec.vpp) +
+                                ") needs microbatches (" + std::to_string(spec.microbatches) +
+                                ") to be a multiple of pp (" + std::to_string(spec.pp) + ")");
   }
   WhatIfModel m;
   for (const char* name : kSyntheticOpTypes) {
@@ -69,7 +118,9 @@ WhatIfModel synthetic_model(const SyntheticSpec& spec) {
   }
   std::vector<std::vector<TemplateOp>> templates(spec.pp);
   for (std::int32_t s = 0; s < spec.pp; ++s) {
-    templates[s] = stage_template(s, spec.pp, spec.microbatches, spec.dp > 1, m.optype_roles);
+    templates[s] = spec.vpp > 1
+                       ? interleaved_template(s, spec.pp, spec.microbatches, spec.vpp, spec.dp > 1, m.optype_roles)
+                       : stage_template(s, spec.pp, spec.microbatches, spec.dp > 1, m.optype_roles);
   }
   m.graph = build_dependency_graph(templates, spec.dp > 1);
   m.dp = spec.dp;
@@ -83,9 +134,11 @@ WhatIfModel synthetic_model(const SyntheticSpec& spec) {
     for (std::int32_t slot = 0; slot < g.slots(); ++slot) {
       const std::int32_t t = g.slot_optype[slot];
       const bool compute = t == kF || t == kB;
+      // A p2p op that pairs with nobody (its peer chunk is outside the model) moves nothing.
+      const bool noop = is_p2p(t) && g.groups[g.slot_group[slot]].members.size() == 1;
       float* out = &m.recorded[m.index(st, slot, 0)];
       for (std::int32_t l = 0; l < spec.dp; ++l) {
-        float d = static_cast<float>(kBaseS[t]);
+        float d = noop ? 0.0f : static_cast<float>(compute ? kBaseS[t] / spec.vpp : kBaseS[t]);
         if (compute) {
           d *= noise(rng);
           if (l == spec.slow_dp && g.slot_stage[slot] == spec.slow_stage) d *= static_cast<float>(spec.slow_factor);
