@@ -35,23 +35,6 @@ from relax_straggler.stages import STAGE_IDS
 log = logging.getLogger(__name__)
 
 
-class NullWindowDetector:
-    """The window detector when off: observes nothing, returns no metrics."""
-
-    last_result: Optional[WindowResult] = None
-
-    def observe(self, report: Any) -> dict[str, Any]:
-        return {}
-
-
-def window_detector(every: int, window: int = 100, **kwargs: Any) -> "WindowDetector | NullWindowDetector":
-    """A WindowDetector analysing every `every` reports, or the null detector when every == 0
-    (off, the default of a deployment). kwargs go to WindowDetector. Raises ValueError."""
-    if every == 0:
-        return NullWindowDetector()
-    return WindowDetector(window=window, every=every, **kwargs)
-
-
 class WindowDetector:
     """Runs the window detector over the last `window` reports every `every` reports.
 

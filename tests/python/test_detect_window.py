@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from relax_straggler import detect
-from relax_straggler.window import NullWindowDetector, WindowDetector, window_detector
+from relax_straggler.window import WindowDetector
 
 STAGES = ("forward", "backward", "optimizer", "communication")
 
@@ -193,16 +193,6 @@ def test_detector_restarts_when_the_world_size_changes(caplog):
 def test_detector_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         WindowDetector(**kwargs)
-
-
-def test_off_is_a_null_detector():
-    det = window_detector(0)
-    assert isinstance(det, NullWindowDetector)
-    assert all(det.observe(rep) == {} for rep in reports(run(slow={1: 0.5}, steps=30)))
-    on = window_detector(10, window=20)
-    assert isinstance(on, WindowDetector) and (on.every, on.window) == (10, 20)
-    with pytest.raises(ValueError, match="every"):
-        window_detector(-1)
 
 
 def test_absent_ranks_and_coverage_gaps():

@@ -13,27 +13,13 @@ import sys
 import torch
 import torch.distributed as dist
 
-from megatron_worker import MICROBATCHES, TinyModel, batches, forward_step, megatron_on_cpu  # beside this file
+from megatron_worker import (MICROBATCHES, TinyModel, batches, forward_step, grads_finalize,  # beside this file
+                             megatron_on_cpu)
 
 BASE_S = 0.020
 SLOW_RANK = 3
 STEPS = 40
 ONSET = 16  # the 8th report at interval 2 from step 2: the noise is learned by then
-
-
-def dp_finalize(model_chunks, num_tokens, pg_collection=None, force_all_reduce=False) -> None:
-    """The data-parallel gradient all-reduce, within the rank's dp group, timed like Megatron's."""
-    from megatron.core import parallel_state
-
-    config = model_chunks[0].config
-    if config.timers is not None:
-        config.timers("all-grads-sync", log_level=1).start(barrier=config.barrier_with_L1_time)
-    for chunk in model_chunks:
-        for p in chunk.parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad, group=parallel_state.get_data_parallel_group())
-    if config.timers is not None:
-        config.timers("all-grads-sync").stop()
 
 
 def main() -> None:
@@ -52,7 +38,8 @@ def main() -> None:
     parallel_state.initialize_model_parallel(1, 2)
     torch.manual_seed(0)
     model = TinyModel(delay_s=BASE_S)
-    model.config.finalize_model_grads_func = dp_finalize
+    # The data-parallel gradient all-reduce, within each rank's dp group.
+    model.config.finalize_model_grads_func = grads_finalize(parallel_state.get_data_parallel_group)
     reports: list = []
     analysis = megatron.install(model, None, config=StragglerConfig(enabled=True, interval=2, warmup_steps=2),
                                 report_fn=lambda m, s: reports.append((s, {k: v for k, v in m.items()

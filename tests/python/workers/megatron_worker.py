@@ -26,7 +26,7 @@ import json
 import sys
 import time
 import types
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -90,18 +90,23 @@ def forward_step(data: Iterator[torch.Tensor], model: nn.Module):
     return out, loss_func
 
 
-def allreduce_grads_finalize(model_chunks, num_tokens, pg_collection=None, force_all_reduce=False) -> None:
+def grads_finalize(group_of: Callable[[], Any] = lambda: None) -> Callable[..., None]:
     """A finalize_model_grads_func timed like Megatron's: 'all-grads-sync' around the
-    data-parallel gradient all-reduce."""
-    config = model_chunks[0].config
-    if config.timers is not None:
-        config.timers("all-grads-sync", log_level=1).start(barrier=config.barrier_with_L1_time)
-    for chunk in model_chunks:
-        for p in chunk.parameters():
-            if p.grad is not None:
-                dist.all_reduce(p.grad)
-    if config.timers is not None:
-        config.timers("all-grads-sync").stop()
+    gradient all-reduce over the group group_of() returns (None: every rank)."""
+    def finalize(model_chunks, num_tokens, pg_collection=None, force_all_reduce=False) -> None:
+        config = model_chunks[0].config
+        if config.timers is not None:
+            config.timers("all-grads-sync", log_level=1).start(barrier=config.barrier_with_L1_time)
+        for chunk in model_chunks:
+            for p in chunk.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad, group=group_of())
+        if config.timers is not None:
+            config.timers("all-grads-sync").stop()
+    return finalize
+
+
+allreduce_grads_finalize = grads_finalize()
 
 
 def batches(rank: int, step: int, d: int = 16) -> Iterator[torch.Tensor]:
