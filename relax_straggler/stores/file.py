@@ -1,6 +1,8 @@
 """The embedded store (``file://DIR``): append-only files, no server.
 
-Layout, one directory per job (the job id percent-encoded)::
+Layout, one directory per job: the job id percent-encoded, or, when that is longer than a
+file name may be (255 bytes), ``#`` + the SHA-256 of the id in hex, with the id in a file
+``job`` inside (``#`` never occurs in a percent-encoded name)::
 
     DIR/jobs/<job>/seg-000001.arrows   frames, appended: 12-byte header (b"RSF1", payload
                                         bytes, crc32 of the payload) + one Arrow IPC stream
@@ -9,6 +11,7 @@ Layout, one directory per job (the job id percent-encoded)::
                                         {"seg", "off", "len", "rows",
                                          "its": [[iteration, step_ms, first_ts, last_ts, ranks], ...]}
     DIR/jobs/<job>/lock                 flock'd by writers around each append
+    DIR/jobs/#<sha256>/job              the job id (UTF-8), in a digest-named directory only
 
 Concurrency: writers (any number of processes) append whole frames under the job's lock;
 readers never lock. A reader sees only frames named by complete index lines, and the index
@@ -27,6 +30,7 @@ before it is rewritten from its frame.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import math
@@ -58,11 +62,32 @@ _FRAME_SCHEMA = pa.schema([f for f in SAMPLE_SCHEMA if f.name != "job"])  # the 
 _IPC_OPTIONS = ipc.IpcWriteOptions(compression="zstd")
 
 
+# The longest file name ext4, xfs, btrfs and tmpfs hold (NAME_MAX), bytes.
+NAME_MAX = 255
+_DIGEST_MARK = "#"  # percent-encoding escapes "#": a name starting with it is a digest
+_JOB_FILE = "job"
+
+
 def _job_dir_name(job: str) -> str:
+    """The directory name of `job` (see the module docstring). Raises ValueError when empty."""
     if not job:
         raise ValueError("job id must not be empty")
     name = quote(job, safe="")
-    return "%2E" + name[1:] if name.startswith(".") else name  # never "." or ".."
+    name = "%2E" + name[1:] if name.startswith(".") else name  # never "." or ".."
+    if len(name) <= NAME_MAX:  # ASCII: characters are bytes
+        return name
+    return _DIGEST_MARK + hashlib.sha256(job.encode()).hexdigest()
+
+
+def _write_job_file(job_dir: str, job: str) -> None:
+    """Names `job` inside its digest-named directory (atomically: readers see all or nothing)."""
+    path = os.path.join(job_dir, _JOB_FILE)
+    if os.path.exists(path):
+        return
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(job.encode())
+    os.replace(tmp, path)
 
 
 def _segment_name(number: int) -> str:
@@ -156,6 +181,8 @@ class FileStore:
                 writer = self._writers.get(job)
                 if writer is None:
                     os.makedirs(job_dir, exist_ok=True)
+                    if os.path.basename(job_dir).startswith(_DIGEST_MARK):
+                        _write_job_file(job_dir, job)
                     fd = os.open(os.path.join(job_dir, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
                     writer = self._writers[job] = _Writer(fd)
                 fcntl.flock(writer.lock_fd, fcntl.LOCK_EX)
@@ -295,17 +322,32 @@ class FileStore:
     def jobs(self, since: float = 0.0) -> list[str]:
         """Job ids with an index entry whose oldest row is not older than `since`, sorted."""
         try:
-            names = sorted(os.listdir(self._jobs_dir))
+            names = os.listdir(self._jobs_dir)
         except OSError as exc:
             raise StoreError(f"{self.url}: cannot list {self._jobs_dir}: {exc.strerror}") from None
         out = []
         with self._lock:
             for name in names:
-                job = unquote(name)
+                job = self._job_of(name)
+                if job is None:
+                    continue
                 index = self._refresh(job)
                 if any(p[1] >= since for it in index.order for p in index.by_iteration[it]):
                     out.append(job)
-        return out
+        return sorted(out)  # by id: digest-named directories sort apart from their ids
+
+    def _job_of(self, name: str) -> Optional[str]:
+        """The job id of directory `name`; None for a digest-named one whose id file is not
+        written yet (its first write is under way)."""
+        if not name.startswith(_DIGEST_MARK):
+            return unquote(name)
+        try:
+            with open(os.path.join(self._jobs_dir, name, _JOB_FILE), "rb") as f:
+                return f.read().decode()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{self.url}: cannot read the job id in {self._jobs_dir}/{name}: {exc}") from None
 
     def ping(self) -> None:
         """Returns when the store directory is there and writable; raises StoreError otherwise."""

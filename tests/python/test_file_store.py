@@ -145,3 +145,25 @@ def test_open_without_create_refuses_a_missing_directory(tmp_path):
     assert not (tmp_path / "nowhere").exists()
     FileStore(str(tmp_path / "here"))
     FileStore(str(tmp_path / "here"), create=False).ping()
+
+
+@pytest.mark.parametrize("job", ["a" + ":" * 127, "ü" * 128, "x" * 300])
+def test_job_ids_too_long_for_a_file_name_are_stored(tmp_path, job):
+    # "a" + 127 ":" percent-encodes to 381 bytes, more than the 255 a file name may have
+    store = FileStore(str(tmp_path))
+    store.write(rows(job, [0, 1]))
+    store.write(rows("short", [0]))
+    assert store.jobs() == sorted([job, "short"])
+    names = os.listdir(tmp_path / "jobs")
+    assert len(names) == 2 and all(len(n.encode()) <= 255 for n in names)
+    again = FileStore(str(tmp_path))
+    assert [i.iteration for i in again.iterations(job)] == [0, 1]
+    assert len(list(again.samples(job, 0, 1))) == 16
+    assert again.jobs() == sorted([job, "short"])
+
+
+def test_a_job_name_of_exactly_the_limit_keeps_its_readable_form(tmp_path):
+    job = "b" * 255
+    store = FileStore(str(tmp_path))
+    store.write(rows(job, [0]))
+    assert os.listdir(tmp_path / "jobs") == [job]

@@ -12,8 +12,9 @@ import pytest
 
 from relax_straggler.monitor.replay import Injection, Synthetic, replay
 from relax_straggler.monitor.service import Monitor, MonitorConfig
+from relax_straggler.stores.file import FileStore
 from relax_straggler.stores.opener import open_store
-from relax_straggler.stores.base import STEP_METRIC, Sample
+from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 from relax_straggler.monitor.trigger import TriggerConfig
 from relax_straggler.topology import Topology
 
@@ -246,5 +247,46 @@ def test_polling_survives_an_unexpected_error(tmp_path, file_url):
         m.start()
         wait_for(lambda: m.view("j")["iteration_count"] == 10, what="polls after the failed one")
         assert clock.failed
+    finally:
+        m.stop()
+
+
+def test_a_job_whose_reads_fail_does_not_stop_the_others(tmp_path, file_url, monkeypatch):
+    # one job's store error (e.g. a name its store cannot hold) is that job's, not every later job's
+    real = FileStore.iterations
+
+    def failing(self, job, *args, **kwargs):
+        if job == "bad":
+            raise StoreError(f"{self.url}: cannot read job 'bad': File name too long")
+        return real(self, job, *args, **kwargs)
+
+    monkeypatch.setattr(FileStore, "iterations", failing)
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("bad")
+        m.register("j1")
+        write_job(file_url, "j1", 10, inject="")
+        m.poll_once()
+        m.poll_once()
+        assert m.view("j1")["iteration_count"] == 10 and m.view("j1")["poll_error"] is None
+        assert "File name too long" in m.view("bad")["poll_error"]
+        assert m.health()["ok"]  # the store answers: no reconnect, no backoff for the others
+        monkeypatch.setattr(FileStore, "iterations", real)
+        m.poll_once()
+        assert m.view("bad")["poll_error"] is None
+    finally:
+        m.stop()
+
+
+def test_the_longest_legal_job_id_is_polled_like_any_other(tmp_path, file_url):
+    job = "a" + ":" * 127
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register(job)
+        m.register("j1")
+        write_job(file_url, job, 10, inject="")
+        write_job(file_url, "j1", 10, inject="")
+        m.poll_once()
+        assert m.view(job)["iteration_count"] == 10 and m.view("j1")["iteration_count"] == 10
     finally:
         m.stop()

@@ -34,14 +34,19 @@ def test_injected_forward_delay_names_rank_2(run_demo):
     # The opt-in window ensemble runs on every 5th report over the last 10.
     windows = [r["metrics"] for r in reports if "straggler/window/anomaly_ranks" in r["metrics"]]
     assert len(windows) == 3
-    # Rank 2 is found in forward every time, with the most votes. With 4 ranks on 2 cores
-    # another rank may also cross the window's 3 % bar in a stage the load hits; never in
-    # forward, where only rank 2 is delayed.
-    for m in windows:
-        assert 2 in m["straggler/window/anomaly_ranks"], m
+    # An algorithm calls a rank slow when it is slow in half the stages it clusters: rank 2
+    # is slow in forward and late in the two communication columns, 3 of the 6, exactly at
+    # that bar, so one window of a loaded machine can fall short (a lone-stage straggler is
+    # the confirmed verdict's to find, asserted above). Where found, it is in forward with
+    # the most votes. With 4 ranks on 2 cores another rank may also cross the window's 3 %
+    # bar in a stage the load hits; never in forward, where only rank 2 is delayed.
+    found = [m for m in windows if 2 in m["straggler/window/anomaly_ranks"]]
+    assert len(found) >= 2, windows
+    for m in found:
         assert "forward" in m["straggler/window/stages/2"].split(","), m
         votes = {k: v for k, v in m.items() if k.startswith("straggler/window/votes/")}
         assert votes["straggler/window/votes/2"] == max(votes.values()), m
+    for m in windows:
         for rank in m["straggler/window/anomaly_ranks"]:
             if rank != 2:
                 assert "forward" not in m[f"straggler/window/stages/{rank}"].split(","), m
