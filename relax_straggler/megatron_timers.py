@@ -30,8 +30,9 @@ parent of the compute and p2p timers), interval-time (the step; read as the step
 evaluate, eval-time, checkpointing (save-checkpoint, save-checkpoint-non-persistent,
 load-checkpoint), setup (model-and-optimizer-setup, train/valid/test-data-iterators-setup),
 gpu-sniff-test, gc (host garbage collection, in recorded traces) and the RL loop's rl/*
-phases (rollout, inference, weight transfer: outside the training step's stages). Any other
-name is unknown.
+phases (rollout, inference, weight transfer: outside the training step's stages), and the
+live verdict's own rows (straggler/verdict, straggler/verdict/finding). Any other name is
+unknown.
 
 Stage -> timer name (`stage_timer_name`), used when writing rows: the one timer that means
 that stage alone (forward -> forward-compute, communication -> all-grads-sync, ...), else
@@ -51,6 +52,9 @@ from typing import Mapping, Optional
 from relax_straggler.stages import STAGE_IDS, stage_id
 
 OUR_PREFIX = "straggler/"  # rows of a stage without a Megatron timer: straggler/<stage>
+# Rows of the live confirmed verdict (relax_straggler.stores.verdict_rows): known, not a stage.
+VERDICT_METRIC = "straggler/verdict"
+FINDING_METRIC = "straggler/verdict/finding"
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ def timer_meaning(name: str) -> Optional[TimerMeaning]:
     meaning = KNOWN_TIMERS.get(name)
     if meaning is not None:
         return meaning
+    if name in (VERDICT_METRIC, FINDING_METRIC):
+        return NOT_A_STAGE
     if name.startswith(OUR_PREFIX) and name[len(OUR_PREFIX):] in STAGE_IDS:
         return TimerMeaning(name[len(OUR_PREFIX):])
     for pattern, family in _FAMILIES:

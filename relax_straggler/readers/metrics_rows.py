@@ -87,6 +87,9 @@ class RowConverter:
         for row in rows:
             if row.node:
                 self.nodes[row.rank] = row.node
+            target = self._target(row)
+            if row.metric_name != STEP_METRIC and (target is None or target.stage is None):
+                continue  # unknown or not a stage: counted, and its values are no time of ours
             key = (row.rank, row.metric_name, row.subname)
             if key in seen:
                 self.problems.report(0, f"{self._where(row)}: a second row for this rank, timer and subname "
@@ -100,8 +103,7 @@ class RowConverter:
                 continue
             if row.metric_name == STEP_METRIC:
                 step_ms = values[0] if math.isnan(step_ms) else max(step_ms, values[0])
-            target = self._target(row)
-            if target is not None and target.stage is not None:
+            else:
                 kept.append((row.rank, float(sum(values)), target))
         if not kept:
             return None

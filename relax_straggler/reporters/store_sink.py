@@ -21,7 +21,9 @@ Rows of one report (step s, timestamp = when the report was converted):
 
 one row per rank and stage it ran (device time as measured; compute stages without the
 time spent blocked on a collective, as the report judges them). rank is the rank within
-the analyzed group (the global rank for the default group).
+the analyzed group (the global rank for the default group). With the live analyzer's
+confirmed verdict, its rows follow (straggler/verdict and one straggler/verdict/finding per
+finding, relax_straggler.stores.verdict_rows).
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
 from relax_straggler.stores.url import parse_writer_url
-from relax_straggler.megatron_timers import stage_timer_name
+from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC, stage_timer_name
 from relax_straggler.report import Report
 from relax_straggler.stages import CORE_STAGES
 
@@ -80,7 +83,7 @@ def report_rows(report: Report, job: str, timestamp: float, nodes: Sequence[str]
         values = np.concatenate([values, np.nansum(ms[step_ranks][:, core], axis=1)])
         metric = np.concatenate([metric, np.full(step_ranks.size, STEP_METRIC, dtype=object)])
     n = int(rank_idx.size)
-    return pa.table({
+    timers = pa.table({
         "timestamp": pa.array(np.full(n, timestamp), pa.float64()),
         "job": pa.array([job] * n, pa.string()),
         "metric_name": pa.array(metric, pa.string()),
@@ -91,6 +94,37 @@ def report_rows(report: Report, job: str, timestamp: float, nodes: Sequence[str]
         "cluster": pa.array([cluster] * n, pa.string()),
         "metric_values": pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)),
                                                   pa.array(values, pa.float64())),
+    }, schema=SAMPLE_SCHEMA)
+    if report.verdict is None:
+        return timers
+    return pa.concat_tables([timers, verdict_table(report, job, timestamp, nodes[0] if len(nodes) else "", cluster)])
+
+
+def verdict_table(report: Report, job: str, timestamp: float, node: str, cluster: str = "") -> pa.Table:
+    """The confirmed verdict's rows of one report (relax_straggler.stores.verdict_rows), in
+    rows of rank 0 on `node`; report.verdict must be set."""
+    v = report.verdict
+    metrics = v.metrics()
+    rows = [(VERDICT_METRIC, *verdict_rows.encode(
+        v.status, metrics["straggler/verdict/stage"], metrics["straggler/verdict/cause"],
+        [metrics["straggler/verdict/rank"], metrics["straggler/verdict/since_step"],
+         metrics["straggler/verdict/confidence"], metrics["straggler/verdict/ratio"]], verdict_rows.VERDICT_VALUES))]
+    for f in v.findings:
+        rows.append((FINDING_METRIC, *verdict_rows.encode(
+            f.state, f.stage, f.cause,
+            [f.rank, f.group, f.since_step, f.confidence, f.ratio, f.facts.rank_ms, f.facts.ref_ms, f.facts.excess_ms,
+             f.facts.wait_caused_ms, f.facts.reports_agreeing, f.facts.reports_seen], verdict_rows.FINDING_VALUES)))
+    n = len(rows)
+    return pa.table({
+        "timestamp": pa.array([timestamp] * n, pa.float64()),
+        "job": pa.array([job] * n, pa.string()),
+        "metric_name": pa.array([r[0] for r in rows], pa.string()),
+        "subname": pa.array([r[1] for r in rows], pa.string()),
+        "rank": pa.array([0] * n, pa.int32()),
+        "iteration": pa.array([report.step] * n, pa.int64()),
+        "node": pa.array([node] * n, pa.string()),
+        "cluster": pa.array([cluster] * n, pa.string()),
+        "metric_values": pa.array([r[2] for r in rows], pa.list_(pa.float64())),
     }, schema=SAMPLE_SCHEMA)
 
 

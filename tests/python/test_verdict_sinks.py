@@ -1,5 +1,6 @@
 """What people see of the confirmed verdict: the console announces changes only (the table
-with verbose), the run summary's headline comes from the verdict, the JSONL line carries it."""
+with verbose), the run summary's headline comes from the verdict, the JSONL line and the
+store sink's rows carry it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import relax_straggler.stages
 
 from relax_straggler.confirm import Facts, Finding, VerdictResult
 from relax_straggler.report import Report
+from relax_straggler.readers.metrics_rows import StoreSource
 from relax_straggler.reporters import ConsoleSink, JsonlSink, RunSummary
+from relax_straggler.reporters.store_sink import StoreSink
+from relax_straggler.stores import verdict_rows
+from relax_straggler.stores.base import Sample
+from relax_straggler.stores.opener import open_store
 
 STAGES = ("forward", "backward")
 STAGES_ALL = relax_straggler.stages.STAGES
@@ -86,6 +92,44 @@ def test_the_jsonl_line_carries_the_verdict(tmp_path):
     (f,) = line["verdict"]["findings"]
     assert (f["rank"], f["stage"], f["state"], f["cause"], f["facts"]["excess_ms"]) == (1, "forward", "straggler",
                                                                                          "compute", 3.0)
+
+
+def test_the_store_sink_writes_the_verdict_the_monitor_reads_back(tmp_path):
+    sink = StoreSink(f"file://{tmp_path}/store?job=v", flush_interval_s=0.05)
+    sink(report(30, finding("suspected")))
+    imbalance = Finding(rank=-1, group=1, stage="backward", state="imbalance", since_step=20, confidence=0.75,
+                        ratio=1.5, persistent=True, by_window=False, cause="imbalance",
+                        facts=finding("straggler").facts)
+    sink(report(40, finding("straggler", ratio=1.3), imbalance))
+    assert sink.flush(timeout_s=30)
+    sink.close()
+    store = open_store(f"file://{tmp_path}/store")
+    try:
+        v = verdict_rows.latest_verdict(store.samples("v", 0, 100))
+        assert (v["step"], v["status"], v["rank"], v["stage"], v["cause"], v["since_step"], v["ratio"]) == \
+            (40, "straggler", 1, "forward", "compute", 40, 1.3)
+        assert [(f["state"], f["rank"], f["group"], f["stage"], f["excess_ms"], f["reports_seen"]) for f in v["findings"]] \
+            == [("straggler", 1, 0, "forward", 3.0, 3), ("imbalance", -1, 1, "backward", 3.0, 3)]
+        # The timer reader reads the same rows: the verdict's are known and no stage.
+        source = StoreSource(store, "v", 0, 100)
+        steps = list(source.steps())
+        assert [s.step for s in steps] == [30, 40] and source.unknown == {} and source.problems.total == 0
+        assert steps[1].ms[:, 0].tolist() == [10.0, 13.0]
+    finally:
+        store.close()
+
+
+def test_a_malformed_verdict_row_is_refused_naming_it():
+    row = Sample(timestamp=1.0, job="v", metric_name="straggler/verdict", rank=0, iteration=7, values=(1.0,),
+                 subname="straggler|forward|compute")
+    try:
+        verdict_rows.decode(row)
+    except ValueError as exc:
+        assert "iteration 7" in str(exc) and "1 values, expected 4" in str(exc)
+    else:
+        raise AssertionError("a verdict row with one value was accepted")
+    assert verdict_rows.decode(Sample(timestamp=1.0, job="v", metric_name="forward-compute", rank=0, iteration=7,
+                                      values=(1.0,))) is None
 
 
 def test_a_stage_some_reports_lack_does_not_start_the_verdict_over():

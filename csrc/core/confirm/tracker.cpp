@@ -14,27 +14,81 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMadToSigma = 1.4826;  // MAD of a normal distribution x 1.4826 = its sigma
 
-// Whether any row[s] lies above hi[s] or below lo[s] (a NaN time, a stage not run, lies
-// inside). Two stages per step in 128-bit vectors (GCC/Clang vector extensions, SSE2 or
-// NEON): this is the only per-cell work of a report.
-bool outside(const double* row, const double* hi, const double* lo, std::size_t n) {
-  using V = double __attribute__((vector_size(16)));
-  using M = long long __attribute__((vector_size(16)));
-  M hits = {0, 0};
-  std::size_t s = 0;
-  for (; s + 2 <= n; s += 2) {
-    V t, h, l;
+using V4 = double __attribute__((vector_size(32)));
+using M4 = long long __attribute__((vector_size(32)));
+
+// ORs into above / under the lanes of row[s] > hi[s] / row[s] < lo[s] for the stages
+// s < n / 4 x 4 (a NaN time, a stage not run, lies inside: NaN compares false). Four
+// stages per step in 256-bit vectors (GCC/Clang vector extensions: one AVX2 instruction
+// each in the AVX2 clone of rows_outside, else two SSE2 or NEON ones); two accumulators,
+// so that consecutive steps do not wait on each other.
+inline __attribute__((always_inline)) void mark_outside(M4& above, M4& under, const double* row, const double* hi,
+                                                        const double* lo, std::size_t n) {
+  for (std::size_t s = 0; s + 4 <= n; s += 4) {
+    V4 t, h, l;
     std::memcpy(&t, row + s, sizeof t);
     std::memcpy(&h, hi + s, sizeof h);
     std::memcpy(&l, lo + s, sizeof l);
-    // A true lane of a vector compare is -1: subtracting counts hits (NaN compares false).
-    // An OR would be read as a boolean per lane and scalarised.
-    const M above = t > h, under = t < l;
-    hits = hits - above - under;
+    above |= t > h;
+    under |= t < l;
   }
-  bool out = (hits[0] | hits[1]) != 0;
-  for (; s < n; ++s) out = out || row[s] > hi[s] || row[s] < lo[s];
+}
+
+// Whether any row[s] lies above hi[s] or below lo[s].
+inline __attribute__((always_inline)) bool outside(const double* row, const double* hi, const double* lo,
+                                                   std::size_t n) {
+  M4 above = {0, 0, 0, 0}, under = {0, 0, 0, 0};
+  mark_outside(above, under, row, hi, lo, n);
+  const M4 any = above | under;
+  bool out = (any[0] | any[1] | any[2] | any[3]) != 0;
+  for (std::size_t s = n / 4 * 4; s < n; ++s) out = out || row[s] > hi[s] || row[s] < lo[s];
   return out;
+}
+
+// The rows r of ms (ranks x S) with a cell outside its group's bounds (hi_ms, lo_ms at
+// group[r] x S), ascending, into out; returns how many. The only per-cell work of a
+// report, bound by loads: four rows of one group are tested together, each bound loaded
+// once for the four, with one reduction (outliers are rare). Compiled twice, the AVX2
+// clone chosen at load time where the CPU has it.
+__attribute__((target_clones("avx2", "default")))
+std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                         const double* hi_ms, const double* lo_ms, std::int32_t* out) {
+  constexpr std::size_t kBlock = 4;
+  std::size_t n = 0, r = 0;
+  const auto test = [&](std::size_t row) {
+    const std::size_t base = static_cast<std::size_t>(group[row]) * S;
+    out[n] = static_cast<std::int32_t>(row);
+    n += outside(ms + row * S, hi_ms + base, lo_ms + base, S);
+  };
+  if (S % 4 == 0) {
+    for (; r + kBlock <= ranks; r += kBlock) {
+      const std::int32_t g = group[r];
+      if (group[r + 1] != g || group[r + 2] != g || group[r + 3] != g) {
+        for (std::size_t k = r; k < r + kBlock; ++k) test(k);
+        continue;
+      }
+      const double* hi = hi_ms + static_cast<std::size_t>(g) * S;
+      const double* lo = lo_ms + static_cast<std::size_t>(g) * S;
+      const double* rows = ms + r * S;
+      M4 above = {0, 0, 0, 0}, under = {0, 0, 0, 0};
+      for (std::size_t s = 0; s < S; s += 4) {
+        V4 h, l;
+        std::memcpy(&h, hi + s, sizeof h);
+        std::memcpy(&l, lo + s, sizeof l);
+        for (std::size_t k = 0; k < kBlock; ++k) {
+          V4 t;
+          std::memcpy(&t, rows + k * S + s, sizeof t);
+          above |= t > h;
+          under |= t < l;
+        }
+      }
+      const M4 any = above | under;
+      if ((any[0] | any[1] | any[2] | any[3]) == 0) continue;
+      for (std::size_t k = r; k < r + kBlock; ++k) test(k);
+    }
+  }
+  for (; r < ranks; ++r) test(r);
+  return n;
 }
 
 }  // namespace
@@ -175,12 +229,15 @@ void ConfirmTracker::scan(const double* ms) {
     lo_ms_[gs] = lo_[gs] > -kInf ? lo_[gs] * std::max(g.below, g.at) : -kInf;
   }
   outliers_.clear();
-  for (std::size_t r = 0; r < static_cast<std::size_t>(ranks_); ++r) {
+  candidates_.resize(static_cast<std::size_t>(ranks_));
+  const std::size_t n = rows_outside(ms, static_cast<std::size_t>(ranks_), S, group_.data(), hi_ms_.data(),
+                                     lo_ms_.data(), candidates_.data());
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(candidates_[i]);
     const std::size_t base = static_cast<std::size_t>(group_[r]) * S;
-    const double* __restrict row = ms + r * S;
-    const double* __restrict hi = hi_ms_.data() + base;
-    const double* __restrict lo = lo_ms_.data() + base;
-    if (!outside(row, hi, lo, S)) continue;
+    const double* row = ms + r * S;
+    const double* hi = hi_ms_.data() + base;
+    const double* lo = lo_ms_.data() + base;
     for (std::size_t s = 0; s < S; ++s) {
       const double t = row[s];
       if (!(t > hi[s] || t < lo[s])) continue;

@@ -152,6 +152,7 @@ class ConfirmTracker {
   std::vector<double> values_, scaled_ms_, median_scratch_;
   double budget_ms_ = 0.0;  // this report's step budget (impact rule)
   std::vector<std::int64_t> outliers_;
+  std::vector<std::int32_t> candidates_;  // rows with a cell outside the ms bands
   std::vector<SlowRank> slow_;
   std::vector<char> late_groups_;  // per (group, stage): a late arrival this report
   std::unordered_map<std::int32_t, double> typical_;  // rank -> typical excess over its stages, ms
