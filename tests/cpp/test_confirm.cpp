@@ -314,3 +314,46 @@ TEST(Confirm, HeavyTailedJitterNeedsLongerStreaks) {
     EXPECT_TRUE(names(r, 2, cf::State::kStraggler)) << "seed " << seed;
   }
 }
+
+// The pass over the matrix tests four rows of one group together when the stage count is
+// a multiple of four, else row by row: the same job judged both ways (a fifth stage no
+// rank ran) gives the same findings, with groups in contiguous runs and interleaved.
+TEST(Confirm, RowBlocksAndSingleRowsFindTheSame) {
+  for (const bool interleaved : {false, true}) {
+    Job job(7, 30, 6);  // 30 ranks: a block of two rows is left over at the end
+    std::vector<std::int32_t> groups = job.groups();
+    if (interleaved) {
+      for (std::int32_t r = 0; r < job.ranks; ++r) groups[static_cast<std::size_t>(r)] = r % 5;
+    }
+    cf::ConfirmTracker four, five;
+    for (std::int64_t s = 0; s < 40; ++s) {
+      job.slow[9] = s >= 15 ? 0.3 : 0.0;
+      job.slow[29] = s >= 25 ? 0.3 : 0.0;  // a rank of the leftover rows
+      const rs::StepMatrix m = job.report(s);
+      std::vector<double> ms4, ms5;
+      for (std::int32_t r = 0; r < job.ranks; ++r) {
+        for (std::size_t k = 0; k < 3; ++k) {
+          ms4.push_back(m.at(r, k));
+          ms5.push_back(m.at(r, k));
+        }
+        ms4.push_back(5.0 + 0.01 * static_cast<double>(r % 3));  // optimizer
+        ms5.push_back(5.0 + 0.01 * static_cast<double>(r % 3));
+        ms5.push_back(std::nan(""));
+      }
+      const std::vector<std::string> names4{"forward", "backward", "communication", "optimizer"};
+      std::vector<std::string> names5 = names4;
+      names5.push_back("data");
+      const auto a = four.update(rs::StepMatrix::from_rows(s, job.ranks, names4, std::move(ms4)), groups);
+      const auto b = five.update(rs::StepMatrix::from_rows(s, job.ranks, names5, std::move(ms5)), groups);
+      ASSERT_EQ(a.findings.size(), b.findings.size()) << "report " << s << (interleaved ? " interleaved" : "");
+      for (std::size_t i = 0; i < a.findings.size(); ++i) {
+        EXPECT_EQ(a.findings[i].rank, b.findings[i].rank) << s;
+        EXPECT_EQ(a.findings[i].stage_name, b.findings[i].stage_name) << s;
+        EXPECT_EQ(a.findings[i].state, b.findings[i].state) << s;
+      }
+      if (s == 39) {
+        EXPECT_EQ(a.straggler_ranks(), (std::vector<std::int32_t>{9, 29})) << (interleaved ? "interleaved" : "");
+      }
+    }
+  }
+}

@@ -48,9 +48,15 @@ inline __attribute__((always_inline)) bool outside(const double* row, const doub
 // The rows r of ms (ranks x S) with a cell outside its group's bounds (hi_ms, lo_ms at
 // group[r] x S), ascending, into out; returns how many. The only per-cell work of a
 // report, bound by loads: four rows of one group are tested together, each bound loaded
-// once for the four, with one reduction (outliers are rare). Compiled twice, the AVX2
-// clone chosen at load time where the CPU has it.
-__attribute__((target_clones("avx2", "default")))
+// once for the four, with one reduction (outliers are rare). On x86-64 compiled twice,
+// the AVX2 clone chosen at load time where the CPU has it.
+#if defined(__x86_64__) && defined(__ELF__)
+#define RS_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define RS_AVX2_CLONE  // one build (aarch64: NEON; elsewhere the compiler's default)
+#endif
+
+RS_AVX2_CLONE
 std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
                          const double* hi_ms, const double* lo_ms, std::int32_t* out) {
   constexpr std::size_t kBlock = 4;
