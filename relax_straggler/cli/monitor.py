@@ -1,6 +1,6 @@
 """`relax-straggler monitor`: the online detection service (docs/MONITOR.md).
 
-Exit status: 0 stopped by a signal; 1 the state file or store URL cannot be used; 2 bad arguments;
+Exit status: 0 stopped by a signal; 1 the state file, store URL or token cannot be used; 2 bad arguments;
 3 the HTTP address cannot be bound (uvicorn's status, e.g. the port is in use).
 """
 
@@ -35,7 +35,30 @@ def register(subparsers) -> None:
                    help="state file of registered jobs and results (default: monitor-state.json in a file:// "
                         "store, else ./relax-straggler-monitor-HOST-PORT-DB.json)")
     p.add_argument("--workers", type=int, default=2, metavar="N", help="analysis threads (default 2)")
+    p.add_argument("--max-jobs", type=int, default=1000, metavar="N",
+                   help="registered jobs at most; a registration beyond is refused with 409 (default 1000)")
+    p.add_argument("--token-file", default=None, metavar="FILE",
+                   help="file holding a token that register and unregister calls must send as "
+                        "'Authorization: Bearer TOKEN' (default: the RELAX_STRAGGLER_MONITOR_TOKEN environment "
+                        "variable; neither: no token)")
+    p.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                   help="a Host header name to serve (repeatable; '*' any). Default: localhost, 127.0.0.1, ::1 and "
+                        "--host; on --host 0.0.0.0 or :: also this machine's name and any IP address")
+    p.add_argument("--allow-get-registration", action="store_true",
+                   help="serve GET /detect/{job_id} and GET /undetect/{job_id} (mt-detector's registration form; "
+                        "off by default: any web page can make a browser send a GET)")
     p.set_defaults(run=run)
+
+
+def guard_of(args: argparse.Namespace):
+    """The API guard the flags ask for. Raises ValueError (an unreadable or empty token)."""
+    from relax_straggler.monitor.guard import ApiGuard, default_hosts, read_token
+
+    hosts, ip_hosts = default_hosts(args.host)
+    if args.allowed_host:
+        hosts = hosts | {h.strip().strip("[]").lower().rstrip(".") for h in args.allowed_host}
+    return ApiGuard(token=read_token(args.token_file), allowed_hosts=frozenset(hosts), allow_ip_hosts=ip_hosts,
+                    allow_get_registration=args.allow_get_registration)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,15 +69,16 @@ def run(args: argparse.Namespace) -> int:
     from relax_straggler.monitor.trigger import TriggerConfig
 
     try:
+        guard = guard_of(args)
         trigger = TriggerConfig(history_size=args.history_size, slowdown_threshold=args.slowdown_threshold,
                                 hang_threshold_s=args.hang_threshold)
         config = MonitorConfig(store_url=args.store, check_interval_s=args.check_interval, trigger=trigger,
-                               state_path=args.state, workers=args.workers)
+                               state_path=args.state, workers=args.workers, max_jobs=args.max_jobs)
         monitor = Monitor(config)
     except ValueError as exc:
         log.error("%s", exc)
         return 1
-    log.info("monitor: store %s, state %s, http://%s:%d", args.store, config.resolved_state_path(), args.host,
-             args.port)
-    uvicorn.run(create_app(monitor), host=args.host, port=args.port, log_level="warning")
+    log.info("monitor: store %s, state %s, http://%s:%d, %s", args.store, config.resolved_state_path(), args.host,
+             args.port, "register / unregister need the token" if guard.token else "no token")
+    uvicorn.run(create_app(monitor, guard=guard), host=args.host, port=args.port, log_level="warning")
     return 0

@@ -58,6 +58,6 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, InputError, StoreError) as exc:
         log.error("%s", exc)
         return 1
-    log.info("replayed %d iterations (%d rows) of job %s into %s in %.1f s", stats.iterations, stats.rows,
-             args.job, args.store, stats.seconds)
+    log.info("replayed %d iterations (%d rows) of job %s into %s in %.1f s; %d skipped (in the store already)",
+             stats.iterations, stats.rows, args.job, args.store, stats.seconds, stats.skipped)
     return 0

@@ -7,30 +7,37 @@
     DELETE /jobs/{job_id}         unregister (404 when unknown)
     GET    /jobs/{job_id}         the job's status (as GET /{job_id})
     GET    /jobs/{job_id}/results every kept analysis, oldest first
-    GET    /detect/{job_id}       register (the mt-detector form)
-    GET    /undetect/{job_id}     unregister (the mt-detector form)
+    GET    /detect/{job_id}       register (the mt-detector form; only with allow_get_registration)
+    GET    /undetect/{job_id}     unregister (the mt-detector form; likewise)
     GET    /metrics               Prometheus text format (relax_straggler/monitor/metrics.py)
     GET    /{job_id}              the job's status: job_id, status, hang_check, slowdown_check
                                   (straggler_prediction {straggler_rank, straggler_node}),
                                   metrics, iteration_count, last_iteration, evidence
 
-Errors are JSON {"detail": message}: 404 unknown job, 422 a job id outside JOB_ID_PATTERN
-or a malformed body (the message names the field; dp is required in a non-empty body), 400 a
-layout the engine rejects or one of more than MAX_RANKS ranks.
+Errors are JSON {"detail": message} (a string, for 422 as well): 400 a Host header that is
+not allowed (guard.py), a body nested too deep to parse, a layout the engine rejects or one
+of more than MAX_RANKS ranks;
+401 a register / unregister without the token, when one is set; 403 GET /detect or
+/undetect while they are off; 404 unknown job; 409 a registration beyond the monitor's
+max_jobs; 413 a body over the guard's limit; 422 a job id outside JOB_ID_PATTERN or a
+malformed body (the message names the field; dp is required in a non-empty body; sizes are
+JSON integers, not true or "4"). Every route's OpenAPI entry lists the errors it can answer.
 """
 
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Optional
+from typing import Annotated, Optional
 
-from fastapi import FastAPI, HTTPException, Path, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 
-from relax_straggler.monitor.service import Monitor
+from relax_straggler.monitor.guard import ApiGuard, GuardMiddleware
+from relax_straggler.monitor.service import JobLimitError, Monitor
 from relax_straggler.stores.base import JOB_ID_PATTERN
 from relax_straggler.monitor.range_analysis import MAX_RANKS
 from relax_straggler.topology import Topology
@@ -39,21 +46,43 @@ from relax_straggler.topology import Topology
 # cannot be read through GET /{job_id}.
 JobId = Path(pattern=JOB_ID_PATTERN, description="job id: letters, digits and . _ : @ + -, at most 128")
 
+# Strict: JSON true or "4" is not a size (lax parsing made them 1 and 4).
+Size = Annotated[int, Field(strict=True, ge=1)]
+
 
 class TopologyBody(BaseModel):
     """The job's parallel layout: no body (or {}) = flat data parallel; otherwise dp is required
     and dp x pp x tp at most MAX_RANKS."""
 
     model_config = ConfigDict(extra="forbid")
-    dp: int = Field(1, ge=1, description="data-parallel size (required in a non-empty body)")
-    pp: int = Field(1, ge=1, description="pipeline-parallel size")
-    tp: int = Field(1, ge=1, description="tensor-parallel size")
-    ranks_per_node: Optional[int] = Field(None, ge=1, description="ranks per node (rank // it = node)")
+    dp: Size = Field(1, description="data-parallel size (required in a non-empty body)")
+    pp: Size = Field(1, description="pipeline-parallel size")
+    tp: Size = Field(1, description="tensor-parallel size")
+    ranks_per_node: Optional[Size] = Field(None, description="ranks per node (rank // it = node)")
 
 
-def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
-    """The app over `monitor`. run_monitor: start the monitor's poll loop with the app and
-    stop it (saving the state) when the app stops."""
+class ErrorBody(BaseModel):
+    """Every error answer."""
+
+    detail: str = Field(description="what is wrong, naming the field or the job")
+
+
+def _errors(*codes: int) -> dict:
+    why = {400: "Host header not allowed, a body the JSON parser cannot take, or a layout the engine rejects",
+           401: "token missing or wrong", 403: "this form is off on this monitor", 404: "job not registered",
+           409: "the monitor's registration limit is reached", 413: "request body too large",
+           422: "invalid job id or body"}
+    return {c: {"model": ErrorBody, "description": why[c]} for c in codes}
+
+
+# Every route: a bad Host (400), an oversized body (413, the guard reads every body).
+_ANY = (400, 413)
+_JOB = (*_ANY, 404, 422)
+
+
+def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = ApiGuard()) -> FastAPI:
+    """The app over `monitor`, its requests checked by `guard`. run_monitor: start the
+    monitor's poll loop with the app and stop it (saving the state) when the app stops."""
     from relax_straggler import __version__
 
     @asynccontextmanager
@@ -68,6 +97,7 @@ def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
 
     app = FastAPI(title="relax-straggler monitor", version=__version__, lifespan=lifespan,
                   description="Online straggler detection over a metrics store. See docs/MONITOR.md.")
+    app.add_middleware(GuardMiddleware, guard=guard)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -77,9 +107,22 @@ def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
             parts.append(f"{where}: {e.get('msg')}")
         return JSONResponse(status_code=422, content={"detail": "; ".join(parts) or "invalid request"})
 
+    if guard.token is None:
+        def authorized() -> None:
+            return None
+        mutating = (*_JOB,)
+    else:
+        bearer = HTTPBearer(auto_error=False, description="the monitor's token (--token-file or "
+                                                          "RELAX_STRAGGLER_MONITOR_TOKEN)")
+
+        def authorized(credentials: Optional[HTTPAuthorizationCredentials] = Security(bearer)) -> None:
+            if credentials is None or not guard.token_ok(f"Bearer {credentials.credentials}"):
+                raise HTTPException(401, "this call changes the monitor's state: send the token as "
+                                         "'Authorization: Bearer TOKEN'", headers={"WWW-Authenticate": "Bearer"})
+        mutating = (*_JOB, 401)
+
     def unknown(job_id: str) -> HTTPException:
-        return HTTPException(404, f"job {job_id!r} is not registered; register it with POST /jobs/{job_id} "
-                                  f"or GET /detect/{job_id}")
+        return HTTPException(404, f"job {job_id!r} is not registered; register it with POST /jobs/{job_id}")
 
     def view(job_id: str) -> dict:
         try:
@@ -100,7 +143,10 @@ def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
             if topology.world_size > MAX_RANKS:
                 raise HTTPException(400, f"topology: dp x pp x tp = {topology.world_size:,} ranks, more than the "
                                          f"{MAX_RANKS:,} the monitor analyses")
-        return monitor.register(job_id, topology)
+        try:
+            return monitor.register(job_id, topology)
+        except JobLimitError as exc:
+            raise HTTPException(409, str(exc)) from None
 
     def unregister(job_id: str) -> dict:
         try:
@@ -108,58 +154,76 @@ def create_app(monitor: Monitor, run_monitor: bool = True) -> FastAPI:
         except KeyError:
             raise unknown(job_id) from None
 
-    @app.get("/", summary="Health, version and store status")
+    @app.get("/", summary="Health, version and store status", responses=_errors(*_ANY))
     def health() -> dict:
         store = monitor.health()
         return {"status": "ok" if store["ok"] else "degraded", "version": __version__, "store": store,
                 "jobs": len(monitor.job_ids()), "check_interval_s": monitor.config.check_interval_s,
                 "docs": "/docs", "openapi": "/openapi.json"}
 
-    @app.get("/jobs", summary="Registered jobs and their status")
+    @app.get("/jobs", summary="Registered jobs and their status", responses=_errors(*_ANY))
     def jobs() -> dict:
         return {"jobs": [{"job_id": j["job_id"], "status": j["status"], "iteration_count": j["iteration_count"],
                           "slow_iterations": j["slow_iterations"], "stragglers": j["stragglers"]}
                          for j in sorted(monitor.job_numbers(), key=lambda j: j["job_id"])]}
 
-    @app.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text format"}, **_errors(*_ANY)})
     def metrics() -> Response:
         return Response(generate_latest(monitor.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/jobs/{job_id}", summary="Register a job", status_code=201)
+    @app.post("/jobs/{job_id}", summary="Register a job", status_code=201, dependencies=[Depends(authorized)],
+              responses={200: {"description": "registered already (a body replaces the layout)",
+                              "content": {"application/json": {"schema": {"type": "object"}}}},
+                         **_errors(*mutating, 409)})
     def post_job(response: Response, job_id: str = JobId, body: Optional[TopologyBody] = None) -> dict:
         state, created = register(job_id, body)
         if not created:
             response.status_code = 200
         return state
 
-    @app.delete("/jobs/{job_id}", summary="Unregister a job")
+    @app.delete("/jobs/{job_id}", summary="Unregister a job", dependencies=[Depends(authorized)],
+                responses=_errors(*mutating))
     def delete_job(job_id: str = JobId) -> dict:
         return {"job_id": job_id, "unregistered": True, "last_status": unregister(job_id)["status"]}
 
-    @app.get("/jobs/{job_id}", summary="A job's status")
+    @app.get("/jobs/{job_id}", summary="A job's status", responses=_errors(*_JOB))
     def get_job(job_id: str = JobId) -> dict:
         return view(job_id)
 
-    @app.get("/jobs/{job_id}/results", summary="Every kept analysis of a job, oldest first")
+    @app.get("/jobs/{job_id}/results", summary="Every kept analysis of a job, oldest first",
+             responses=_errors(*_JOB))
     def get_results(job_id: str = JobId) -> dict:
         try:
             return {"job_id": job_id, "results": monitor.results(job_id)}
         except KeyError:
             raise unknown(job_id) from None
 
-    @app.get("/detect/{job_id}", summary="Register a job (the mt-detector form)")
-    def detect(job_id: str = JobId) -> dict:
-        state, created = register(job_id, None)
-        return {"job_id": job_id, "registered": True, "created": created, "status": state["status"],
-                "message": f"job {job_id} is monitored" if created else f"job {job_id} was monitored already"}
+    if guard.allow_get_registration:
+        @app.get("/detect/{job_id}", summary="Register a job (the mt-detector form)",
+                 dependencies=[Depends(authorized)], responses=_errors(*mutating, 409))
+        def detect(job_id: str = JobId) -> dict:
+            state, created = register(job_id, None)
+            return {"job_id": job_id, "registered": True, "created": created, "status": state["status"],
+                    "message": f"job {job_id} is monitored" if created else f"job {job_id} was monitored already"}
 
-    @app.get("/undetect/{job_id}", summary="Unregister a job (the mt-detector form)")
-    def undetect(job_id: str = JobId) -> dict:
-        last = unregister(job_id)
-        return {"job_id": job_id, "registered": False, "last_status": last["status"],
-                "message": f"job {job_id} is no longer monitored"}
+        @app.get("/undetect/{job_id}", summary="Unregister a job (the mt-detector form)",
+                 dependencies=[Depends(authorized)], responses=_errors(*mutating))
+        def undetect(job_id: str = JobId) -> dict:
+            last = unregister(job_id)
+            return {"job_id": job_id, "registered": False, "last_status": last["status"],
+                    "message": f"job {job_id} is no longer monitored"}
+    else:
+        # Off, these say so (rather than a bare 404) and stay out of the schema.
+        @app.get("/detect/{job_id}", include_in_schema=False)
+        @app.get("/undetect/{job_id}", include_in_schema=False)
+        def get_registration_off(request: Request) -> None:
+            raise HTTPException(403, f"GET {request.url.path.rsplit('/', 1)[0]}/{{job_id}} changes the monitor's "
+                                     "state, which any web page could make a browser do, so it is off: use POST or "
+                                     "DELETE /jobs/{job_id}, or start the monitor with --allow-get-registration")
 
-    @app.get("/{job_id}", summary="A job's status (the mt-detector form)")
+    @app.get("/{job_id}", summary="A job's status (the mt-detector form)", responses=_errors(*_JOB))
     def job_status(job_id: str = JobId) -> dict:
         return view(job_id)
 

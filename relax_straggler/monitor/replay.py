@@ -19,6 +19,10 @@ each stage under relax_straggler.megatron_timers.stage_timer_name:
 
 Nodes are named node-<rank // ranks_per_node>.
 
+Idempotent: an iteration the job already has in the store (rows of STEP_METRIC) is skipped,
+so replaying the same input into the same job again writes nothing and an interrupted
+replay resumes where it stopped, never duplicating a row.
+
 An injected delay (RANK:STAGE:MS:FROM_ITER) adds MS to that rank's stage from iteration
 FROM_ITER on, and, as synchronous training waits for it, MS to every other rank's
 data-parallel all-reduce (where the step has one) and to every rank's interval-time.
@@ -212,8 +216,12 @@ def step_table(job: str, step: StepTimes, timestamp: float, ranks_per_node: int,
 
 @dataclass
 class ReplayStats:
+    """iterations and rows written; skipped: iterations the job had in the store already;
+    seconds: wall time."""
+
     iterations: int = 0
     rows: int = 0
+    skipped: int = 0
     seconds: float = 0.0
 
 
@@ -222,15 +230,20 @@ def replay(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.
            clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> ReplayStats:
     """Writes `steps` into `store` as job `job`, one write per iteration, each iteration
     stamped when it is written and written once its duration / speed has passed since the
-    previous one (speed 2 = twice as fast as recorded). Raises ValueError on a bad speed or
-    injection, StoreError when the store fails, InputError from the reader."""
+    previous one (speed 2 = twice as fast as recorded). Iterations the job has in the store
+    already are skipped, without waiting (see the module docstring). Raises ValueError on a
+    bad speed or injection, StoreError when the store fails, InputError from the reader."""
     if not (math.isfinite(speed) and speed > 0):
         raise ValueError(f"--speed must be > 0, got {speed}")
     if ranks_per_node < 1:
         raise ValueError(f"--ranks-per-node must be >= 1, got {ranks_per_node}")
     stats = ReplayStats()
+    present = {it.iteration for it in store.iterations(job)}
     start = due = clock()
     for step in steps:
+        if step.step in present:
+            stats.skipped += 1
+            continue
         step = inject(step, injections)
         due += step_duration_ms(step) / 1000.0 / speed
         wait = due - clock()

@@ -5,12 +5,15 @@ the state file.
   (Store.iterations after the last one seen, bounded by the registration time) and folds
   them into the job's JobDetector (trigger.py). A completed slow streak submits an analysis
   of exactly that window to a thread pool; the API never waits for one.
-- A StoreError closes the store; it is opened again with exponential backoff (0.5 s
-  doubling up to 30 s), and `health()` reports the error until then.
+- Each job is polled on its own: a StoreError reading one job while the store still answers
+  a ping is that job's (its `poll_error`, cleared by its next good read), and the other
+  jobs are polled as usual.
+- A StoreError with the store not answering closes the store; it is opened again with
+  exponential backoff (0.5 s doubling up to 30 s), and `health()` reports the error until then.
 - Registered jobs (registration time, topology, detector state, results, a window whose
-  analysis had not finished) are written to the state file after every change (atomic
-  rename), and read back at start: a restart of the monitor or of the store loses no
-  registered job and no result.
+  analysis had not finished) are appended to the state journal (state.py) on every change
+  of a job, before the change is acknowledged, and read back at start: a restart of the
+  monitor (even kill -9) or of the store loses no registered job and no result.
 
 Thread safety: one lock guards the jobs; store I/O and analyses run outside it.
 """
@@ -18,7 +21,6 @@ Thread safety: one lock guards the jobs; store I/O and analyses run outside it.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import math
 import os
@@ -34,12 +36,12 @@ from relax_straggler.stores.base import Store, StoreError
 from relax_straggler.stores.url import parse_store_url
 from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
 from relax_straggler.monitor.range_analysis import analyze_range
+from relax_straggler.monitor.state import StateJournal, read_state
 from relax_straggler.readers.base import InputError
 from relax_straggler.topology import Topology
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
 # Status changes kept per job (oldest dropped).
 MAX_TRANSITIONS = 50
 BACKOFF_FIRST_S = 0.5
@@ -51,7 +53,8 @@ class MonitorConfig:
     """store_url: the metrics store; check_interval_s: poll period, s; trigger: the
     detector's thresholds; state_path: the state file (None: monitor-state.json in a
     file:// store's directory, else relax-straggler-monitor-HOST-PORT-DB.json in the working directory);
-    workers: analysis threads; max_results: analyses kept per job (oldest dropped)."""
+    workers: analysis threads; max_results: analyses kept per job (oldest dropped);
+    max_jobs: registered jobs at most (a registration beyond raises JobLimitError)."""
 
     store_url: str
     check_interval_s: float = 30.0
@@ -60,6 +63,7 @@ class MonitorConfig:
     workers: int = 2
     max_results: int = 20
     analyze: AnalyzeConfig = AnalyzeConfig()
+    max_jobs: int = 1000
 
     def __post_init__(self) -> None:
         parse_store_url(self.store_url)
@@ -67,6 +71,8 @@ class MonitorConfig:
             raise ValueError(f"check_interval_s must be > 0 s, got {self.check_interval_s}")
         if self.workers < 1 or self.max_results < 1:
             raise ValueError(f"workers and max_results must be >= 1, got {self.workers}, {self.max_results}")
+        if self.max_jobs < 1:
+            raise ValueError(f"max_jobs must be >= 1, got {self.max_jobs}")
 
     def resolved_state_path(self) -> str:
         if self.state_path:
@@ -82,7 +88,8 @@ class MonitorConfig:
 class JobRecord:
     """One registered job. results: finished analyses, oldest first (range_analysis dicts);
     pending: the window being analysed; error: why the last analysis failed, if it did;
-    transitions: [[s since the epoch, status], ...], each change of status the monitor saw."""
+    transitions: [[s since the epoch, status], ...], each change of status the monitor saw;
+    poll_error: why the last read of its iterations failed, None after a good one (not saved)."""
 
     job_id: str
     registered_at: float
@@ -93,6 +100,7 @@ class JobRecord:
     error: Optional[str] = None
     transitions: list = field(default_factory=list)
     in_flight: bool = False  # an analysis of `pending` is queued or running (not saved)
+    poll_error: Optional[str] = None
 
     def note_status(self, now: float) -> bool:
         """Records the status at `now` when it changed; True if it did."""
@@ -113,8 +121,13 @@ class JobRecord:
                 "error": self.error, "transitions": [list(t) for t in self.transitions]}
 
 
+class JobLimitError(Exception):
+    """A registration beyond MonitorConfig.max_jobs; str() says the limit."""
+
+
 class Monitor:
-    """The service behind the API. clock: wall time, s (tests inject one)."""
+    """The service behind the API. clock: wall time, s (tests inject one).
+    Raises ValueError when the state file cannot be read or written."""
 
     def __init__(self, config: MonitorConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
@@ -133,6 +146,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_poll_s: Optional[float] = None
+        self._journal = StateJournal(config.resolved_state_path(), config.store_url, self._snapshot)
         self._load_state()
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -149,7 +163,8 @@ class Monitor:
         if self._thread is not None:
             self._thread.join(timeout=10 * self.config.check_interval_s + 10)
         self._pool.shutdown(wait=True, cancel_futures=False)
-        self._save()
+        self._save_all()
+        self._journal.close()
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -168,18 +183,22 @@ class Monitor:
     def register(self, job_id: str, topology: Optional[Topology] = None) -> tuple[dict, bool]:
         """Registers `job_id` (from now on: rows older than now are never analysed).
         Returns (the job's view, True) or, when it is registered already, (its view, False);
-        a topology given again replaces the registered one."""
+        a topology given again replaces the registered one. Raises JobLimitError when
+        config.max_jobs jobs are registered and `job_id` is not one of them."""
         with self._lock:
             record = self._jobs.get(job_id)
             created = record is None
             if created:
+                if len(self._jobs) >= self.config.max_jobs:
+                    raise JobLimitError(f"the monitor watches {len(self._jobs):,} jobs, its limit (max_jobs "
+                                        f"{self.config.max_jobs:,}); unregister one first")
                 now = self.clock()
                 record = self._jobs[job_id] = JobRecord(job_id, now, topology, JobDetector(self.config.trigger, now))
                 record.note_status(now)
             elif topology is not None:
                 record.topology = topology
             view = self.view(job_id)
-        self._save()
+        self._save(job_id)
         return view, created
 
     def unregister(self, job_id: str) -> dict:
@@ -187,7 +206,7 @@ class Monitor:
         with self._lock:
             view = self.view(job_id)
             del self._jobs[job_id]
-        self._save()
+        self._save(job_id)
         return view
 
     def job_ids(self) -> list[str]:
@@ -214,30 +233,54 @@ class Monitor:
         if store is not None:
             with self._lock:
                 jobs = [(r.job_id, r, r.detector.last_iteration, r.registered_at) for r in self._jobs.values()]
-            changed = False
+            changed: list[str] = []
             for job_id, record, last, since in jobs:
                 try:
                     new = store.iterations(job_id, after_iteration=-1 if last is None else last, since=since)
                 except StoreError as exc:
-                    self._store_failed(exc)
-                    break
-                with self._lock:
-                    if self._jobs.get(job_id) is not record:
-                        continue  # unregistered meanwhile
-                    now = self.clock()
-                    window = record.detector.observe(new, now)
-                    if window is not None:
-                        record.pending = window
-                    if record.pending is not None and not record.in_flight:  # new, or cut off by a restart
-                        record.detector.predicting = True
-                        self._submit(record, record.pending)
-                    changed = record.note_status(now) or changed
+                    if not self._store_answers(store):
+                        self._store_failed(exc)
+                        break
+                    self._job_failed(record, str(exc))  # this job's alone: the others are read as usual
+                    continue
+                try:
+                    with self._lock:
+                        if self._jobs.get(job_id) is not record:
+                            continue  # unregistered meanwhile
+                        now = self.clock()
+                        window = record.detector.observe(new, now)
+                        if window is not None:
+                            record.pending = window
+                        if record.pending is not None and not record.in_flight:  # new, or cut off by a restart
+                            record.detector.predicting = True
+                            self._submit(record, record.pending)
+                        record.poll_error = None
+                        if record.note_status(now):
+                            changed.append(job_id)
+                except Exception:  # a bug on one job's data must not stop the others' polls
+                    log.exception("job %s: poll failed", job_id)
+                    self._job_failed(record, "internal error (see the monitor's log)")
             else:
                 self._store_ok()
-            if changed:
-                self._save()
+            for job_id in changed:
+                self._save(job_id)
         self.last_poll_s = time.perf_counter() - started
         self.metrics.poll_seconds.observe(self.last_poll_s)
+
+    def _job_failed(self, record: JobRecord, error: str) -> None:
+        with self._lock:
+            if record.poll_error != error:
+                log.warning("job %s: cannot read its iterations: %s (the other jobs are polled as usual)",
+                            record.job_id, error)
+            record.poll_error = error
+
+    @staticmethod
+    def _store_answers(store: Store) -> bool:
+        try:
+            store.ping()
+        except StoreError:
+            return False
+        return True
 
     def _connected_store(self) -> Optional[Store]:
         if self._store is not None:
@@ -328,7 +371,7 @@ class Monitor:
             log.info("job %s: iterations %d-%d: %s", record.job_id, window.first_iteration, window.last_iteration,
                      result["verdict"]["summary"])
         self.metrics.analysis_seconds.observe(time.perf_counter() - started)
-        self._save()
+        self._save(record.job_id)
 
     # --- views -------------------------------------------------------------------------
 
@@ -368,6 +411,7 @@ class Monitor:
                 "analysing": None if record.pending is None else [record.pending.first_iteration,
                                                                   record.pending.last_iteration],
                 "analysis_error": record.error,
+                "poll_error": record.poll_error,
                 "transitions": [{"at": at, "status": status} for at, status in record.transitions],
             })
 
@@ -378,20 +422,28 @@ class Monitor:
 
     # --- state file --------------------------------------------------------------------
 
-    def _save(self) -> None:
-        path = self.config.resolved_state_path()
-        with self._save_lock:  # the snapshot is taken inside it: a newer state is never overwritten by an older
+    def _snapshot(self) -> dict:
+        with self._lock:
+            return {j: r.to_dict() for j, r in self._jobs.items()}
+
+    def _save(self, job_id: str) -> None:
+        """Appends `job_id`'s record (or its removal) to the state journal."""
+        with self._save_lock:  # the snapshot is taken inside it: a newer record is never followed by an older
             with self._lock:
-                state = {"version": STATE_VERSION, "store": self.config.store_url,
-                         "jobs": {j: r.to_dict() for j, r in self._jobs.items()}}
-            tmp = f"{path}.tmp"
+                record = self._jobs.get(job_id)
+                raw = None if record is None else record.to_dict()
             try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    json.dump(state, f)
-                os.replace(tmp, path)
-            except OSError as exc:  # e.g. the store directory is away; the next save writes everything
+                self._journal.put(job_id, raw)
+            except OSError as exc:  # e.g. the store directory is away; the next save rewrites everything
                 log.error("cannot write the state file %s: %s (changes since the last save would not survive a "
-                          "restart)", path, exc)
+                          "restart)", self._journal.path, exc)
+
+    def _save_all(self) -> None:
+        with self._save_lock:
+            try:
+                self._journal.compact()
+            except OSError as exc:
+                log.error("cannot write the state file %s: %s", self._journal.path, exc)
 
     def _load_state(self) -> None:
         path = self.config.resolved_state_path()
@@ -400,30 +452,32 @@ class Monitor:
         except OSError as exc:
             raise ValueError(f"state file {path}: cannot create its directory: {exc.strerror}") from None
         try:
-            with open(path, encoding="utf-8") as f:
-                state = json.load(f)
+            state = read_state(path)
         except FileNotFoundError:
-            return
+            state = None
         except (OSError, ValueError) as exc:
             raise ValueError(f"state file {path}: cannot read it: {exc}; move it away to start empty") from None
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise ValueError(f"state file {path}: not a version {STATE_VERSION} monitor state")
-        if state.get("store") != self.config.store_url:
-            raise ValueError(f"state file {path}: the state of store {state.get('store')}, not of "
-                             f"{self.config.store_url}; give this store its own --state file")
+        if state is not None:
+            if state["store"] != self.config.store_url:
+                raise ValueError(f"state file {path}: the state of store {state['store']}, not of "
+                                 f"{self.config.store_url}; give this store its own --state file")
+            try:
+                for job_id, raw in state["jobs"].items():
+                    topo = raw["topology"]
+                    pending = raw["pending"]
+                    self._jobs[job_id] = JobRecord(
+                        job_id, float(raw["registered_at"]), None if topo is None else Topology(**topo),
+                        JobDetector.from_dict(self.config.trigger, raw["detector"]), list(raw["results"]),
+                        None if pending is None else IterationRange(int(pending[0]), int(pending[1])),
+                        raw["error"], list(raw["transitions"]))
+                    self._jobs[job_id].detector.predicting = self._jobs[job_id].pending is not None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"state file {path}: malformed job entry: {exc!r}") from None
+            log.info("state file %s: %d registered job(s) restored", path, len(self._jobs))
         try:
-            for job_id, raw in state["jobs"].items():
-                topo = raw["topology"]
-                pending = raw["pending"]
-                self._jobs[job_id] = JobRecord(
-                    job_id, float(raw["registered_at"]), None if topo is None else Topology(**topo),
-                    JobDetector.from_dict(self.config.trigger, raw["detector"]), list(raw["results"]),
-                    None if pending is None else IterationRange(int(pending[0]), int(pending[1])), raw["error"],
-                    list(raw["transitions"]))
-                self._jobs[job_id].detector.predicting = self._jobs[job_id].pending is not None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"state file {path}: malformed job entry: {exc!r}") from None
-        log.info("state file %s: %d registered job(s) restored", path, len(self._jobs))
+            self._journal.compact()  # drops a torn last line and superseded records; appends go on from here
+        except OSError as exc:
+            raise ValueError(f"state file {path}: cannot write it: {exc}") from None
 
 
 def _finite(value):

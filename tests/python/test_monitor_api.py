@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Optional
 
 import httpx
 import pytest
 
 from conftest import free_port, wait_for
+from relax_straggler.monitor.state import read_state
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "import sys; from relax_straggler.cli import main; sys.exit(main())"]
@@ -22,13 +23,13 @@ CLI = [sys.executable, "-c", "import sys; from relax_straggler.cli import main; 
 class Server:
     """A `relax-straggler monitor` process; .client talks to it."""
 
-    def __init__(self, store: str, state: Path, hang_s: float = 30.0) -> None:
+    def __init__(self, store: str, state: Path, hang_s: float = 30.0, *flags: str, env: Optional[dict] = None) -> None:
         self.port = free_port()
         self.log = open(state.with_suffix(f".{self.port}.log"), "w")
         self.proc = subprocess.Popen(
             CLI + ["monitor", "--store", store, "--port", str(self.port), "--check-interval", "0.2",
-                   "--hang-threshold", str(hang_s), "--state", str(state)],
-            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+                   "--hang-threshold", str(hang_s), "--state", str(state), *flags],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=10.0)
         wait_for(self._up, what=f"monitor on port {self.port}")
 
@@ -100,7 +101,7 @@ def test_injected_straggler_goes_active_slowdown_predicting_detected(servers, st
 
 
 def test_job_that_stops_writing_is_hanging(servers, file_url, tmp_path):
-    server = Server(file_url, tmp_path / "state.json", hang_s=1.5)
+    server = Server(file_url, tmp_path / "state.json", 1.5, "--allow-get-registration")
     servers.append(server)
     assert server.client.get("/detect/stops").json()["created"] is True
     proc = replay(file_url, "stops", "--synthetic", "ranks=4,iterations=5,step_ms=50", "--speed", "10")
@@ -116,7 +117,7 @@ def test_monitor_and_store_restarts_lose_nothing(servers, file_url, tmp_path):
     server = Server(file_url, state)
     servers.append(server)
     server.client.post("/jobs/a", json={"dp": 16, "ranks_per_node": 4})
-    server.client.get("/detect/b")
+    server.client.post("/jobs/b")
     proc = replay(file_url, "a", "--synthetic", "ranks=16,iterations=50,step_ms=100", "--speed", "1000",
                   "--inject-delay", "5:forward:80:40")
     assert proc.wait(timeout=60) == 0
@@ -140,7 +141,7 @@ def test_monitor_and_store_restarts_lose_nothing(servers, file_url, tmp_path):
 
 
 def test_errors_are_clear_4xx(servers, file_url, tmp_path):
-    server = Server(file_url, tmp_path / "state.json")
+    server = Server(file_url, tmp_path / "state.json", 30.0, "--allow-get-registration")
     servers.append(server)
     c = server.client
     for method, path in (("GET", "/nope"), ("GET", "/jobs/nope"), ("DELETE", "/jobs/nope"),
@@ -210,4 +211,116 @@ def test_concurrent_register_unregister(servers, file_url, tmp_path):
         assert r.status_code == (200 if job in listed else 404)
     assert server.client.get("/").json()["status"] == "ok"
     server.stop(signal.SIGTERM)  # a clean stop saves; the state file agrees with the API
-    assert set(json.loads((tmp_path / "state.json").read_text())["jobs"]) == listed
+    assert set(read_state(str(tmp_path / "state.json"))["jobs"]) == listed
+
+
+def test_sizes_are_json_integers(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    for body in ({"dp": True}, {"dp": "4"}, {"dp": 4.0}, {"dp": 4, "pp": False}, {"dp": 4, "ranks_per_node": "2"}):
+        r = c.post("/jobs/strict", json=body)
+        assert r.status_code == 422 and "valid integer" in r.json()["detail"], (body, r.text)
+    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.post("/jobs/strict", json={"dp": 4}).json()["topology"]["dp"] == 4
+
+
+def test_get_registration_is_off_unless_the_operator_allows_it(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    c.post("/jobs/kept")
+    for path in ("/detect/x", "/undetect/kept"):
+        r = c.get(path)
+        assert r.status_code == 403 and "--allow-get-registration" in r.json()["detail"], r.text
+    assert [j["job_id"] for j in c.get("/jobs").json()["jobs"]] == ["kept"]
+    assert not {"/detect/{job_id}", "/undetect/{job_id}"} & set(c.get("/openapi.json").json()["paths"])
+
+
+def test_only_allowed_host_names_are_served(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json", 30.0, "--allowed-host", "monitor.internal")
+    servers.append(server)
+    c = server.client
+    for host in ("evil.example", "127.0.0.1.evil.example", "localhost.evil.example:80", ""):
+        r = c.get("/", headers={"host": host})
+        assert r.status_code == 400 and "is not allowed" in r.json()["detail"], (host, r.text)
+        r = c.post("/jobs/rebound", headers={"host": host})
+        assert r.status_code == 400, host
+    for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "[::1]", "MONITOR.internal:8000"):
+        assert c.get("/", headers={"host": host}).status_code == 200, host
+    assert c.get("/jobs").json() == {"jobs": []}
+
+
+def test_a_token_guards_register_and_unregister(servers, file_url, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token\n")
+    server = Server(file_url, tmp_path / "state.json", 30.0, "--token-file", str(token_file),
+                    "--allow-get-registration", "--max-jobs", "2")
+    servers.append(server)
+    c = server.client
+    good = {"authorization": "Bearer s3cret-token"}
+    for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "s3cret-token"},
+                    {"authorization": "Basic s3cret-token"}):
+        r = c.post("/jobs/t1", headers=headers)
+        assert r.status_code == 401 and "Bearer" in r.headers["www-authenticate"], (headers, r.text)
+        assert c.get("/detect/t1", headers=headers).status_code == 401
+    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.post("/jobs/t1", headers=good).status_code == 201
+    assert c.get("/detect/t2", headers=good).json()["created"] is True
+    r = c.post("/jobs/t3", headers=good)  # --max-jobs 2
+    assert r.status_code == 409 and "limit" in r.json()["detail"], r.text
+    assert c.get("/t1").status_code == 200 and c.get("/jobs/t1/results").status_code == 200  # reads: no token
+    assert c.delete("/jobs/t1").status_code == 401 and c.get("/undetect/t1").status_code == 401
+    assert c.delete("/jobs/t1", headers=good).status_code == 200
+    schema = c.get("/openapi.json").json()
+    assert schema["paths"]["/jobs/{job_id}"]["post"]["security"] == [{"HTTPBearer": []}]
+    assert "security" not in schema["paths"]["/jobs/{job_id}"]["get"]
+
+
+def test_token_from_the_environment_and_bad_token_files(servers, file_url, tmp_path):
+    import os
+
+    env = dict(os.environ, RELAX_STRAGGLER_MONITOR_TOKEN="from-env")
+    server = Server(file_url, tmp_path / "state.json", 30.0, env=env)
+    servers.append(server)
+    assert server.client.post("/jobs/e").status_code == 401
+    assert server.client.post("/jobs/e", headers={"authorization": "Bearer from-env"}).status_code == 201
+    (tmp_path / "empty").write_text("\n")
+    for path in (tmp_path / "empty", tmp_path / "missing"):
+        proc = subprocess.run(CLI + ["monitor", "--store", file_url, "--port", str(free_port()), "--state",
+                                     str(tmp_path / "other.json"), "--token-file", str(path)],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1 and f"--token-file {path}" in proc.stderr, proc.stderr
+
+
+def test_bodies_over_the_limit_are_refused(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    huge = b'{"dp": 2, "pad": "' + b"x" * 200_000 + b'"}'
+    r = c.post("/jobs/big", content=huge, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and "at most 65,536" in r.json()["detail"], r.text
+
+    def chunks():
+        for _ in range(100):
+            yield b"x" * 1000
+
+    r = c.post("/jobs/big", content=chunks(), headers={"content-type": "application/json"})  # no Content-Length
+    assert r.status_code == 413, r.text
+    assert c.get("/jobs").json() == {"jobs": []}
+
+
+def test_a_job_id_too_long_for_a_file_name_does_not_stop_the_others(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    long_id = "a" + ":" * 127
+    assert c.post(f"/jobs/{long_id}").status_code == 201
+    assert c.post("/jobs/j1").status_code == 201
+    for job in (long_id, "j1"):
+        proc = replay(file_url, job, "--synthetic", "ranks=4,iterations=20,step_ms=50", "--speed", "100")
+        assert proc.wait(timeout=60) == 0, proc.stdout.read()
+    for job in (long_id, "j1"):
+        view = wait_for(lambda: (v := c.get(f"/{job}").json())["iteration_count"] == 20 and v, what=f"{job} polled")
+        assert view["poll_error"] is None and view["status"] == "active"
+    assert c.get("/").json()["status"] == "ok"

@@ -109,3 +109,29 @@ def test_cli_refuses_a_job_id_the_monitor_cannot_serve(tmp_path):
                          timeout=120)
     assert bad.returncode == 2 and "'my run' cannot be registered with the monitor" in bad.stderr, bad.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_replay_into_a_job_that_has_the_iterations_writes_no_duplicate(tmp_path):
+    t = FakeTime()
+    store = open_store(f"file://{tmp_path}")
+    spec = Synthetic(ranks=4, iterations=5, step_ms=100, noise=0)
+    first = replay(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
+    rows = len(list(store.samples("again", 0, 10)))
+    for _ in range(2):
+        again = replay(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
+        assert (again.iterations, again.rows, again.skipped) == (0, 0, 5)
+    assert len(list(store.samples("again", 0, 10))) == rows == first.rows
+    keys = [(s.iteration, s.rank, s.metric_name) for s in store.samples("again", 0, 10)]
+    assert len(keys) == len(set(keys))
+
+
+def test_an_interrupted_replay_resumes_after_the_last_iteration_written(tmp_path):
+    t = FakeTime()
+    store = open_store(f"file://{tmp_path}")
+    replay(Synthetic(ranks=4, iterations=3, noise=0).steps(), store, "cut", clock=t.clock, sleep=t.sleep)
+    sleeps = len(t.sleeps)
+    stats = replay(Synthetic(ranks=4, iterations=5, noise=0).steps(), store, "cut", clock=t.clock, sleep=t.sleep)
+    assert (stats.iterations, stats.skipped) == (2, 3)
+    assert len(t.sleeps) - sleeps == 2  # skipped iterations are not waited for
+    assert [i.iteration for i in store.iterations("cut")] == [0, 1, 2, 3, 4]
+    assert all(i.ranks == 4 for i in store.iterations("cut"))

@@ -12,6 +12,7 @@ import pytest
 
 from relax_straggler.monitor.replay import Injection, Synthetic, replay
 from relax_straggler.monitor.service import Monitor, MonitorConfig
+from relax_straggler.monitor.state import read_state
 from relax_straggler.stores.file import FileStore
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
@@ -149,12 +150,13 @@ def test_restart_keeps_jobs_results_and_reruns_a_cut_analysis(make_monitor, stor
     m.poll_once()
     wait_for(lambda: m.view("done")["status"] == "detected", what="detected")
     m.stop()
-    state = json.loads((tmp_path / "state.json").read_text())
+    state = read_state(str(tmp_path / "state.json"))
     assert sorted(state["jobs"]) == ["done", "idle"]
-    # a monitor killed while an analysis ran: the state names the window, the next one reruns it
+    # a monitor killed while an analysis ran: the state names the window, the next one reruns it (the
+    # state written back in the version 1 form, one JSON object, which a monitor still reads)
     state["jobs"]["done"]["pending"] = [40, 44]
     state["jobs"]["done"]["results"] = []
-    (tmp_path / "state.json").write_text(json.dumps(state))
+    (tmp_path / "state.json").write_text(json.dumps({**state, "version": 1}))
     again = make_monitor()
     assert again.job_ids() == ["done", "idle"]
     assert again.view("done")["topology"]["ranks_per_node"] == 4
