@@ -6,12 +6,20 @@ checked first, and nothing is written unless all of them apply. ``--check`` only
 per patch, whether it applies, is already applied, or conflicts; ``--revert`` takes
 applied patches out again in reverse order.
 
+Applying is not enough: before writing anything (and with ``--check``) the patches are
+applied to a temporary copy of the files they touch, and the result is verified
+(relax_straggler.cli.patch_verify: every patched file compiles, every name an added line
+reads is bound there) together with the target's own checks (megatron-lm: the Megatron-LM
+internals the integration relies on, relax_straggler.integrations.megatron_compat, and
+the end hook placed before every exit of train()). A tree that fails is refused with
+the reasons, and nothing is changed.
+
 Patching uses ``git apply`` (the checkout need not be a git repository) or, where git
 is missing, GNU ``patch -p1``. Each patch file starts with free text naming the
 upstream commit it was made against; both tools skip it.
 
-Exit codes: 0 done (or nothing to do), 1 a patch conflicts or a tool failed, 2 bad
-arguments (unknown target, PATH not a directory).
+Exit codes: 0 done (or nothing to do), 1 a patch conflicts, the patched tree fails its
+checks or a tool failed, 2 bad arguments (unknown target, PATH not a directory).
 """
 
 from __future__ import annotations
@@ -21,9 +29,12 @@ import enum
 import logging
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
+
+from relax_straggler.cli.patch_verify import verify_file
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +137,61 @@ def upstream_of(patch: Path) -> str:
     return ""
 
 
+def touched_files(patch: Path) -> list[str]:
+    """The paths (relative to the checkout root) a patch modifies, from its ``+++ b/`` lines."""
+    files = []
+    with open(patch, encoding="utf-8") as fh:
+        for line in fh:
+            if line.startswith("+++ b/"):
+                files.append(line[len("+++ b/"):].rstrip("\n").split("\t")[0])
+    return files
+
+
+def _megatron_lm_checks(root: Path, patched: Mapping[str, str]) -> list[str]:
+    from relax_straggler.integrations import megatron_compat
+
+    problems = megatron_compat.check_tree(root)
+    training = patched.get(megatron_compat.TRAINING)
+    if training is not None:
+        problems += megatron_compat.check_patched_train(training)
+    return problems
+
+
+# target -> checks of (checkout root, {patched file: its patched text}); problems, empty if none
+TARGET_CHECKS: Mapping[str, Callable[[Path, Mapping[str, str]], list[str]]] = {"megatron-lm": _megatron_lm_checks}
+
+
+def verify(tool: Tool, target: str, patches: Sequence[Path], applied: bool) -> list[str]:
+    """Why the patched checkout would not work, one message per problem (empty: it would).
+
+    The patches are applied to a temporary copy of the files they touch (reverted, when
+    `applied`: the checkout already holds them), then each patched Python file is verified
+    (patch_verify.verify_file) and the target's checks run."""
+    files = sorted({f for p in patches for f in touched_files(p)})
+    with tempfile.TemporaryDirectory(prefix="relax-straggler-patch-") as tmp:
+        copy = type(tool)(Path(tmp))
+        for rel in files:
+            if (tool.root / rel).is_file():
+                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(tool.root / rel, Path(tmp) / rel)
+        for p in (reversed(patches) if applied else patches):
+            ok, message = copy.apply(p, reverse=applied)
+            if not ok:
+                return [f"{p.name} does not apply to a copy of the files it touches: {message}"]
+        texts = {rel: ((Path(tmp) / rel).read_text(encoding="utf-8"), (tool.root / rel).read_text(encoding="utf-8"))
+                 for rel in files if rel.endswith(".py") and (tool.root / rel).is_file()}
+    problems = []
+    patched: dict[str, str] = {}
+    for rel, (copied, original) in texts.items():
+        before, after = (copied, original) if applied else (original, copied)
+        patched[rel] = after
+        problems += verify_file(rel, before, after)
+    checks = TARGET_CHECKS.get(target)
+    if checks is not None:
+        problems += checks(tool.root, patched)
+    return problems
+
+
 def status(tool: Tool, patch: Path) -> PatchStatus:
     ok, message = tool.check(patch)
     if ok:
@@ -159,11 +225,21 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s: %d of %d patches do not apply to %s (see above); nothing changed",
                   args.target, sum(s.state is State.CONFLICTS for s in statuses), len(statuses), root)
         return 1
-    if args.check:
-        return 0
-    if args.revert:
+    if args.revert:  # taking patches out is always allowed, a broken one included
         return _apply(tool, [s.path for s in reversed(statuses) if s.state is State.APPLIED], reverse=True,
                       what="reverted", nothing="no patch is applied")
+    if len(states) == 1:  # all apply, or all are applied: would the result work?
+        problems = verify(tool, args.target, files, applied=states == {State.APPLIED})
+        if problems:
+            for problem in problems:
+                log.error("  %s", problem)
+            applied = states == {State.APPLIED}
+            log.error("%s: the patches %s %s, but the patched code would not work there (see above); %s",
+                      args.target, "are applied to" if applied else "apply to", root,
+                      "--revert takes them out" if applied else "nothing changed")
+            return 1
+    if args.check:
+        return 0
     if states == {State.APPLIED}:
         log.info("%s: every patch is already applied", args.target)
         return 0

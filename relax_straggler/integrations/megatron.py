@@ -205,19 +205,24 @@ class MegatronAnalysis:
     hook modules matched by module_patterns (default patterns when None) into the
     `attention` / `moe` stages, timed only inside train_step(). labels: where
     train_step(step=...) records the caller's step numbers for the report callback.
+    timer_slots: further (object, attribute name) places holding a Timers object that
+    train_step() swaps too (Megatron-LM's global timers, read by ``get_timers()``).
     """
 
     enabled = True
 
     def __init__(self, analyzer: Analyzer, models: list[torch.nn.Module], model_config: Any,
                  optimizer_configs: list[Any], module_stages: bool,
-                 module_patterns: Optional[Mapping[str, str]], labels: "StepLabels") -> None:
+                 module_patterns: Optional[Mapping[str, str]], labels: "StepLabels",
+                 timer_slots: Sequence[tuple[Any, str]] = ()) -> None:
         self.analyzer = analyzer
         self._labels = labels
         self._steps = 0  # steps ended so far: the analyzer's step number of the open step
-        self._targets = [model_config, *(c for c in optimizer_configs if c is not model_config)]
+        configs = [model_config, *(c for c in optimizer_configs if c is not model_config)]
+        self._slots = [(c, "timers") for c in configs] + list(timer_slots)
         self._adapters: dict[int, MegatronTimers] = {}
         self._in_step = False
+        self._replaced_warned = False
         self._tokens = 0.0  # add_workload() total of the open step
         self._module_hooks: Optional[ModuleStageHooks] = None
         if module_stages:
@@ -238,7 +243,8 @@ class MegatronAnalysis:
     @contextlib.contextmanager
     def train_step(self, step: Optional[int] = None) -> Iterator[None]:
         """One training step: the adapters replace ``timers`` on the model and optimizer
-        configs (chaining to what was there), module stages are armed; on a normal exit
+        configs and in the other timer slots (chaining to what was there; one adapter per
+        distinct Timers object), module stages are armed; on a normal exit
         the previous values come back and the analyzer's step ends. On an exception the
         values come back and the step is not ended (the exception ends the run).
 
@@ -249,17 +255,24 @@ class MegatronAnalysis:
             raise RuntimeError("relax_straggler: train_step() entered while a training step is already open")
         if step is not None and self.analyzer.timer.sampled:
             self._labels.put(self._steps, step)
-        saved = [(target, target.timers) for target in self._targets]
-        for target, inner in saved:
-            target.timers = self.adapter_for(inner)
+        saved = [(owner, name, getattr(owner, name)) for owner, name in self._slots]
+        for owner, name, inner in saved:
+            setattr(owner, name, self.adapter_for(inner))
+        swapped = [getattr(owner, name) for owner, name, _ in saved]
         self._tokens = 0.0
         self._in_step = True
         try:
             yield
         finally:
             self._in_step = False
-            for target, inner in saved:
-                target.timers = inner
+            for (owner, name, inner), adapter in zip(saved, swapped):
+                if getattr(owner, name) is not adapter and not self._replaced_warned:
+                    # another profiler put its own timers there inside the step: its calls bypassed ours
+                    self._replaced_warned = True
+                    log.warning("relax_straggler: %s.%s was replaced inside a training step (by %s); the timers "
+                                "called through it were not seen", type(owner).__name__, name,
+                                type(getattr(owner, name)).__name__)
+                setattr(owner, name, inner)
         if self._tokens > 0:
             self.analyzer.set_workload(self._tokens)
         self.analyzer.step()
@@ -368,7 +381,8 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
             config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
             group: Optional[dist.ProcessGroup] = None, model_config: Any = None,
             module_patterns: Optional[Mapping[str, str]] = None,
-            comparison_group: Union[int, str, None] = "pipeline") -> Union[MegatronAnalysis, NullMegatronAnalysis]:
+            comparison_group: Union[int, str, None] = "pipeline",
+            timer_slots: Sequence[tuple[Any, str]] = ()) -> Union[MegatronAnalysis, NullMegatronAnalysis]:
     """Attaches straggler analysis to a Megatron-Core training loop.
 
     model: the model chunks (a module or a list; virtual pipeline chunks accumulate
@@ -383,8 +397,10 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     peers) of its own pipeline stage when Megatron's parallel state has PP > 1 (the
     first and last stages do different work by design: embedding, loss), and reports the
     spread between stages as structural imbalance; an int is an explicit group id as in relax_straggler.install;
-    None compares all ranks. Collective when torch.distributed is initialized: every
-    rank calls it at the same point.
+    None compares all ranks. timer_slots: (object, attribute name) places besides the
+    configs' ``timers`` that hold a Timers object the step's code reads (Megatron-LM's
+    ``global_vars._GLOBAL_TIMERS``); train_step() chains an adapter into each. Collective
+    when torch.distributed is initialized: every rank calls it at the same point.
     Raises ValueError for a bad config or patterns, ImportError without megatron-core
     when model_config is not given.
     """
@@ -413,7 +429,7 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     # The analyzer is given no model: the module hooks are ours, gated to training steps.
     patterns = module_patterns if config.enable_module_stages else None
     analysis = MegatronAnalysis(analyzer, models, model_config, _optimizer_configs(optimizer),
-                                config.enable_module_stages, patterns, labels)
+                                config.enable_module_stages, patterns, labels, timer_slots)
     log.info("relax_straggler: analyzing Megatron training (%s events, every %d steps after %d)",
              analyzer_config.device_events, config.interval, config.warmup_steps)
     return analysis

@@ -1,5 +1,5 @@
 """Relax integration: the flags in Relax's argument chain and the analysis of its
-Megatron backend (patches/relax/ calls these).
+Megatron backend (patches/relax/ calls `add_arguments`, `train_step` and `add_workload`).
 
 Relax calls ``train(...)`` once per rollout in each training process (actor or
 critic). `attach()` installs the analysis on the first call (collective, like every
@@ -7,12 +7,20 @@ install) and returns the same object afterwards, so the step counter, sampling a
 side group live for the whole run. Reports go to Relax's
 ``tracking_utils.log(args, metrics, step_key="train/step")`` on the metrics rank, off
 the training thread, with Relax's own step number.
+
+Relax's own profiler (relax/utils/straggler/, ``RELAX_STRAGGLER_PROFILER`` or
+``RELAX_STRAGGLER_ENABLE``) may run in the same process: it puts its timers object in
+``config.timers``; inside a training step ours is chained in front of it (each Megatron
+timer call reaches both once), and the two publish disjoint metric names
+(docs/INTEGRATIONS.md, "Relax's own straggler profiler").
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional, Sequence, Union
+import logging
+import os
+from typing import Any, ContextManager, Optional, Sequence, Union
 
 import torch
 
@@ -20,8 +28,19 @@ from relax_straggler.config import StragglerConfig, add_arguments as add_straggl
 from relax_straggler.integrations.megatron import MegatronAnalysis, NullMegatronAnalysis, install
 from relax_straggler.reporters.callback import relax_tracking_report_fn
 
+log = logging.getLogger(__name__)
+
 _ATTACHED: Optional[Union[MegatronAnalysis, NullMegatronAnalysis]] = None
 _ATTACHED_MODELS: tuple[int, ...] = ()
+
+# The switches of Relax's own profiler (relax/utils/straggler/config.py), by Relax version.
+RELAX_PROFILER_SWITCHES = ("RELAX_STRAGGLER_PROFILER", "RELAX_STRAGGLER_ENABLE")
+_FALSE = ("", "0", "false", "f", "no", "n", "off")
+
+
+def relax_profiler_enabled() -> bool:
+    """Whether Relax's own straggler profiler is switched on in this process's environment."""
+    return any(os.environ.get(name, "").strip().lower() not in _FALSE for name in RELAX_PROFILER_SWITCHES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -59,9 +78,21 @@ def attach(args: argparse.Namespace, model: Sequence[torch.nn.Module], optimizer
         return _ATTACHED
     config = config_from_args(args)
     report_fn = relax_tracking_report_fn(args) if config.enabled else None
+    if config.enabled and relax_profiler_enabled():
+        log.info("relax_straggler: Relax's own straggler profiler is on too; inside training steps ours chains "
+                 "to its config.timers, and the two publish different metric names")
     _ATTACHED = install(list(model), optimizer, config=config, report_fn=report_fn)
     _ATTACHED_MODELS = models
     return _ATTACHED
+
+
+def train_step(args: argparse.Namespace, model: Sequence[torch.nn.Module], optimizer: Any,
+               step: int) -> ContextManager[Any]:
+    """The scope of one training step of Relax's Megatron backend (what the patched train()
+    enters around train_one_step()): attaches the analysis on the first call (collective,
+    see attach()) and returns its train_step(step=step). step: Relax's step,
+    ``rollout_id * num_steps_per_rollout + step_id``. Raises as attach()."""
+    return attach(args, model, optimizer).train_step(step=step)
 
 
 def add_workload(tokens: float) -> None:

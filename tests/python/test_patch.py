@@ -1,6 +1,7 @@
-"""`relax-straggler patch`: apply / check / revert the shipped integration patches on
-fixture trees built from the patches' own pre-image (their context and removed lines),
-with git apply and with GNU patch."""
+"""`relax-straggler patch`: apply / check / revert the shipped integration patches on the
+synthetic host trees of tests/python/fixtures/patch_hosts (small programs in the shape of
+the files the patches edit), with git apply and with GNU patch, and the refusal of trees
+the patches apply to but would break."""
 
 import logging
 import re
@@ -14,34 +15,16 @@ from relax_straggler.cli import main
 from relax_straggler.cli import patch as patch_cli
 
 PATCHES = Path(patch_cli.PATCHES_DIR)
+HOSTS = Path(__file__).resolve().parent / "fixtures" / "patch_hosts"
 TARGETS = ["relax", "megatron-lm"]
-FILLER = ["# (fixture: upstream lines between hunks are not reproduced)"] * 8
-
-
-def preimage(patch: Path) -> dict[str, str]:
-    """{path: text} holding each hunk's pre-image, hunks separated by filler lines."""
-    files: dict[str, list[str]] = {}
-    current = None
-    for line in patch.read_text().splitlines():
-        if line.startswith("--- a/"):
-            current = files.setdefault(line[len("--- a/"):].split("\t")[0], [])
-        elif line.startswith("@@") and current is not None:
-            current.extend(FILLER)
-        elif current is not None and line[:1] in (" ", "-") and not line.startswith("--- "):
-            current.append(line[1:])
-    return {path: "\n".join(lines + FILLER) + "\n" for path, lines in files.items()}
 
 
 def fixture_tree(root: Path, target: str) -> dict[Path, str]:
-    """Writes the pre-image of every patch of `target` under root; returns {file: text}."""
-    written: dict[Path, str] = {}
-    for p in sorted((PATCHES / target).glob("*.patch")):
-        for rel, text in preimage(p).items():
-            f = root / rel
-            f.parent.mkdir(parents=True, exist_ok=True)
-            f.write_text(text)
-            written[f] = text
-    return written
+    """Copies the synthetic host tree of `target` to root; returns {file: text} of the files
+    the target's patches touch."""
+    shutil.copytree(HOSTS / target, root, dirs_exist_ok=True)
+    return {root / rel: (root / rel).read_text()
+            for p in sorted((PATCHES / target).glob("*.patch")) for rel in patch_cli.touched_files(p)}
 
 
 def run(*argv: str) -> int:
@@ -83,7 +66,7 @@ def test_a_conflict_changes_nothing(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     original = fixture_tree(tmp_path, "relax")
     model = tmp_path / "relax/backends/megatron/model.py"
-    changed = original[model].replace("config.timers = None", "config.timers = my_timers")
+    changed = original[model].replace("        # Run training step.\n", "        # Run the training step.\n")
     model.write_text(changed)
     assert run("relax", str(tmp_path), "--check") == 1
     assert "conflicts" in caplog.text
@@ -123,3 +106,64 @@ def test_bad_arguments(tmp_path, caplog):
     (tmp_path / "sub").mkdir()
     assert run("relax", str(tmp_path / "sub"), "--check") == 2
     assert "give the checkout's root" in caplog.text
+
+
+def _old_relax_arguments_patch(folder: Path) -> None:
+    """A patches/ folder holding an arguments patch of the shape that broke Relax: an added
+    function reading sys.argv in a module that does not import sys."""
+    shipped = (PATCHES / "relax" / "0001-arguments-straggler-analysis-flags.patch").read_text()
+    (folder / "relax").mkdir(parents=True)
+    old = shipped.replace("+            import sys\n+\n", "").replace("@@ -43,2 +43,18 @@", "@@ -43,2 +43,16 @@")
+    assert old.count("import sys") == 0 and "+43,16" in old
+    (folder / "relax" / "0001.patch").write_text(old)
+
+
+def test_a_patch_that_would_raise_name_error_is_refused(tmp_path, caplog):
+    tree, patches = tmp_path / "tree", tmp_path / "patches"
+    original = fixture_tree(tree, "relax")
+    _old_relax_arguments_patch(patches)
+    for mode in (["--check"], []):
+        caplog.clear()
+        assert run("relax", str(tree), *mode, "--patches-dir", str(patches)) == 1
+        assert "relax/utils/arguments.py:" in caplog.text and "uses `sys`" in caplog.text
+        assert "would not work there" in caplog.text
+    assert all(f.read_text() == t for f, t in original.items())
+
+
+def test_an_applied_patch_that_breaks_its_host_is_reported(tmp_path, caplog):
+    tree, patches = tmp_path / "tree", tmp_path / "patches"
+    fixture_tree(tree, "relax")
+    _old_relax_arguments_patch(patches)
+    subprocess.run(["git", "apply", str(patches / "relax" / "0001.patch")], cwd=tree, check=True)
+    assert run("relax", str(tree), "--check", "--patches-dir", str(patches)) == 1
+    assert "uses `sys`" in caplog.text and "--revert takes them out" in caplog.text
+    assert run("relax", str(tree), "--revert", "--patches-dir", str(patches)) == 0
+
+
+@pytest.mark.parametrize("edit, reason", [
+    # train() exits right after its loop, before the place of the patch's end hook
+    (lambda t: t.replace("\n    # Destroy CUDA Graphs.\n",
+                         "\n    if should_exit:\n        sys.exit(exit_code)\n\n    # Destroy CUDA Graphs.\n"),
+     "calls sys.exit() before train_ended()"),
+    # train() runs its steps through something else than the module's train_step()
+    (lambda t: t.replace("should_exit, exit_code = train_step(", "should_exit, exit_code = _my_step("),
+     "does not call the module's train_step() by name"),
+])
+def test_a_megatron_lm_tree_the_integration_cannot_hook_is_refused(tmp_path, caplog, edit, reason):
+    original = fixture_tree(tmp_path, "megatron-lm")
+    training = tmp_path / "megatron/training/training.py"
+    training.write_text(edit(training.read_text()))
+    changed = training.read_text()
+    assert changed != original[training]
+    assert run("megatron-lm", str(tmp_path), "--check") == 1
+    assert reason in caplog.text
+    assert run("megatron-lm", str(tmp_path)) == 1
+    assert training.read_text() == changed
+
+
+def test_a_megatron_lm_release_too_old_is_refused(tmp_path, caplog):
+    fixture_tree(tmp_path, "megatron-lm")
+    info = tmp_path / "megatron/core/package_info.py"
+    info.write_text(info.read_text().replace("MINOR = 16", "MINOR = 15"))
+    assert run("megatron-lm", str(tmp_path), "--check") == 1
+    assert "older than the oldest supported release 0.16" in caplog.text
