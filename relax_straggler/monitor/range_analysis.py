@@ -6,21 +6,25 @@ range is exactly the slow iterations), into the JSON the API serves.
 The straggler named is the first anomaly of the attribution (most steps flagged, then the
 largest excess; within a tensor-parallel worker, its rank with the largest compute
 slowdown); when the attribution finds none, the window detector's anomaly with the most
-votes. Its node is the node name its rows carry.
+votes. Its node is the node name its rows carry. When the job's own store sink wrote its
+confirmed verdict (relax_straggler.stores.verdict_rows), the newest in the range is kept
+beside, as the job reached it (its comparison groups, workloads and window ensemble).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, replace
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 from relax_straggler.analysis import Analysis, AnalyzeConfig, analyze, build_analysis
 from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.result import Anomaly
 from relax_straggler.analysis.summary import verdict_dict
 from relax_straggler.detect import WindowConfig
-from relax_straggler.stores.base import Store
+from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC
+from relax_straggler.stores import verdict_rows
+from relax_straggler.stores.base import Sample, Store
 from relax_straggler.monitor.trigger import IterationRange
 from relax_straggler.readers.base import InputError, StepTimes
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology
@@ -30,6 +34,33 @@ from relax_straggler.readers.metrics_rows import StoreSource
 MAX_EVIDENCE = 12
 # Largest rank id + 1 an analysis accepts (and largest registered layout, api.py).
 MAX_RANKS = MAX_WORLD_SIZE
+
+
+class _VerdictTap:
+    """A Store whose samples() passes the rows on and keeps the verdict rows among them, so
+    one read of the range serves the analysis and the live verdict."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.rows: list[Sample] = []
+
+    def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
+        for row in self.store.samples(job, first_iteration, last_iteration, since):
+            if row.metric_name in (VERDICT_METRIC, FINDING_METRIC):
+                self.rows.append(row)
+            yield row
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+
+def _live_verdict(rows: Sequence[Sample]) -> Optional[dict]:
+    """The newest verdict the job wrote in the range, None without one; a malformed verdict
+    row is named in the result instead (the analysis stands on the timer rows)."""
+    try:
+        return verdict_rows.latest_verdict(rows)
+    except ValueError as exc:
+        return {"error": str(exc)}
 
 
 class _Recording:
@@ -60,12 +91,14 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
     """The result of analysing iterations [window.first_iteration, window.last_iteration]
     of `job` with rows not older than `since` (s). Keys: window, verdict, straggler_rank,
     straggler_node, stage, stages, kind, cause, ratio, excess_ms, votes, algorithms,
-    ensemble, confirmed (the live analyzer's confirmed verdict over the range's iterations),
-    evidence, problems, rows, analysis_s, finished_at.
+    ensemble, confirmed (the live analyzer's confirmed verdict replayed over the range's
+    iterations), live_verdict (the job's own, relax_straggler.stores.verdict_rows.latest_verdict,
+    or None), evidence, problems, rows, analysis_s, finished_at.
     Raises StoreError (store), InputError (no usable row, ranks outside the topology or at
     or beyond MAX_RANKS)."""
     start = time.perf_counter()
-    source = StoreSource(store, job, window.first_iteration, window.last_iteration, since=since, topology=topology)
+    tap = _VerdictTap(store)
+    source = StoreSource(tap, job, window.first_iteration, window.last_iteration, since=since, topology=topology)
     recording = _Recording(source)
     ranks_per_node = topology.ranks_per_node if topology is not None else None
     result = analyze(recording, replace(config, ensemble_steps=0), ranks_per_node=ranks_per_node)
@@ -93,6 +126,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
         "algorithms": ensemble.algorithms if voted else None,
         "ensemble": ensemble.to_dict() if ensemble is not None else {},
         "confirmed": asdict(analysis.confirmed) if analysis.confirmed is not None else None,
+        "live_verdict": _live_verdict(tap.rows),
         "evidence": evidence[:MAX_EVIDENCE],
         "problems": analysis.input.problems,
         "rows": source.records,

@@ -406,7 +406,7 @@ class Monitor:
                 # .get: results kept in a state file from before a key existed read as null.
                 "evidence": None if last is None else {k: last.get(k) for k in (
                     "window", "verdict", "stage", "stages", "kind", "cause", "votes", "algorithms", "ratio",
-                    "excess_ms", "confirmed", "evidence", "analysis_s", "finished_at")},
+                    "excess_ms", "confirmed", "live_verdict", "evidence", "analysis_s", "finished_at")},
                 "analyses": len(record.results),
                 "analysing": None if record.pending is None else [record.pending.first_iteration,
                                                                   record.pending.last_iteration],

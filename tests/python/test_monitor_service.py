@@ -15,6 +15,7 @@ from relax_straggler.monitor.service import Monitor, MonitorConfig
 from relax_straggler.monitor.state import read_state
 from relax_straggler.stores.file import FileStore
 from relax_straggler.stores.opener import open_store
+from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 from relax_straggler.monitor.trigger import TriggerConfig
 from relax_straggler.topology import Topology
@@ -70,6 +71,35 @@ def test_straggler_window_is_analysed_and_named(make_monitor, store_url):
     assert view["iteration_count"] == 50 and view["last_iteration"] == 49
     assert view["slowdown_check"]["slow_iterations"] == 10
     assert view["metrics"]["max_iteration_duration"] > 1.7 * view["metrics"]["min_iteration_duration"]
+    assert ev["live_verdict"] is None  # the job wrote no verdict rows
+
+
+def test_the_verdict_the_job_wrote_is_served_beside_the_analysis(make_monitor, store_url):
+    m = make_monitor()
+    m.register("job-v", Topology(dp=16, pp=1, ranks_per_node=4))
+    write_job(store_url, "job-v", 50)
+    now = time.time()
+    rows = []
+    for it, state in ((42, "suspected"), (44, "straggler")):
+        sub, values = verdict_rows.encode(state, "forward", "compute", [5 if state == "straggler" else -1, 44, 1.0, 1.8],
+                                          verdict_rows.VERDICT_VALUES)
+        rows.append(Sample(now, "job-v", "straggler/verdict", 0, it, tuple(values), subname=sub))
+        sub, values = verdict_rows.encode(state, "forward", "compute", [5, 0, 44, 1.0, 1.8, 180.0, 100.0, 80.0, 0.0, 3, 3],
+                                          verdict_rows.FINDING_VALUES)
+        rows.append(Sample(now, "job-v", "straggler/verdict/finding", 0, it, tuple(values), subname=sub))
+    store = open_store(store_url)
+    try:
+        store.write(rows)
+    finally:
+        store.close()
+    m.poll_once()
+    view = wait_for(lambda: (v := m.view("job-v"))["status"] == "detected" and v, what="detected")
+    live = view["evidence"]["live_verdict"]
+    assert (live["step"], live["status"], live["rank"], live["stage"], live["cause"]) == (44, "straggler", 5, "forward",
+                                                                                          "compute")
+    assert [(f["state"], f["rank"], f["excess_ms"]) for f in live["findings"]] == [("straggler", 5, 80.0)]
+    # The timer reader knows the verdict's rows: neither unknown names nor bad values.
+    assert "straggler/verdict" not in json.dumps(m.results("job-v")[-1]["problems"])
 
 
 def test_clean_job_triggers_nothing(make_monitor, store_url):
