@@ -6,6 +6,9 @@ One sampled step, end to end:
   over the side Gloo group -> on the metrics rank the report thread judges it (the RFC
   per-step rule, then the confirmed verdict across reports) and feeds the sinks. The
   training thread never waits for a peer and never synchronizes.
+
+uninstall() is bounded (SHUTDOWN_TIMEOUT_S by default) whatever a sink or a peer does, and
+a peer's failure never raises into training or out of uninstall (docs/DESIGN.md, "Shutdown and faults").
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import logging
 import math
 import os
 import threading
+import time
 from typing import Any, Callable, ContextManager, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import core, ext
-from relax_straggler.aggregation import LocalGather, PendingRows, SideGroupGather
+from relax_straggler.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather, reason
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
 from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
@@ -38,6 +42,7 @@ from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, Repo
 log = logging.getLogger(__name__)
 
 _NULL_SECTION: ContextManager[None] = contextlib.nullcontext()
+SHUTDOWN_TIMEOUT_S = 5.0  # uninstall()'s default bound, seconds
 _STAGE_NAMES = frozenset(STAGES)
 
 Models = Union[torch.nn.Module, Sequence[torch.nn.Module], None]
@@ -83,7 +88,7 @@ class NullAnalyzer:
     def summary(self) -> None:
         return None
 
-    def uninstall(self) -> None:
+    def uninstall(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         pass
 
 
@@ -132,10 +137,12 @@ class Analyzer:
             control_file = ControlFile(config.control_file) if is_metrics else None
             if isinstance(self._gather, SideGroupGather):
                 self._control = ControlChannel(self._gather.group, self._gather.metrics_global_rank, control_file,
-                                               config.control_every)
+                                               config.control_every, wait_s=self._gather.stall_timeout_s)
             else:
                 self._control = LocalControl(control_file, config.control_every)
 
+        self._uninstalled = False
+        self._publish_failures = 0  # sampled steps whose row could not be sent
         self._summary: Optional[RunSummary] = None
         self._pipeline: Optional[ReportPipeline] = None
         self._closables: list[Any] = []
@@ -163,7 +170,8 @@ class Analyzer:
                 self._closables.append(self._store_sink)
             if config.console:
                 sinks.append(ConsoleSink(verbose=config.console_verbose))
-            self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size)
+            # Given up at shutdown, the report thread stops waiting for a peer's row.
+            self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size, release=self._gather.abandon)
 
         # Without the collective layer, the DDP gradient-sync wait after backward is the
         # communication stage; with it, the collectives themselves are.
@@ -201,12 +209,12 @@ class Analyzer:
                 try:
                     self._publish(sample)
                 except Exception:
-                    log.warning("relax_straggler: could not publish step %d; training continues", sample.step,
-                                exc_info=True)
-            if self._control is not None:
-                command = self._control.at_step(self._step)
-                if command is not None:
-                    self._apply(command, self._step + 1)
+                    self._publish_failures += 1
+                    if self._publish_failures == 1:  # the rest are summarised at uninstall
+                        log.warning("relax_straggler: could not publish step %d; training continues (further "
+                                    "failures are counted)", sample.step, exc_info=True)
+            if self._control is not None and self._gather.failed is None:
+                self._control_step()
             self._step += 1
             self._tokens = math.nan
             if self._collectives is not None:
@@ -242,26 +250,65 @@ class Analyzer:
             **(self._store_sink.counters() if self._store_sink is not None else {}),
         }
 
-    def uninstall(self) -> None:
-        """Removes every hook, flushes pending reports and releases the side group.
-        Collective when distributed: every rank must call it."""
-        self._hooks.remove()
-        if self._collectives is not None:
-            self._collectives.restore()
-        if self._module_hooks is not None:
-            self._module_hooks.remove()
-        self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
-        if self._pipeline is not None:
-            self._pipeline.close()
-        if self._control is not None:
-            self._control.close()
-        self._gather.close()
-        for c in self._closables:
-            c.close()
-        if self in _ACTIVE:
-            _ACTIVE.remove(self)
+    def uninstall(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Removes every hook, delivers pending reports and releases the side group, within
+        timeout_s seconds whatever a report sink or a peer does. Collective when
+        distributed: every rank calls it; a rank gone or stopped costs at most the bound.
+        Past the bound, the reports not yet delivered are dropped (one warning says how
+        many) and no sink is called after this returns. Never raises for a peer's fault;
+        a second call does nothing."""
+        if self._uninstalled:
+            return
+        self._uninstalled = True
+        deadline = time.monotonic() + timeout_s
+        if self._publish_failures > 1:
+            log.warning("relax_straggler: %d sampled steps could not be published", self._publish_failures)
+        try:
+            self._hooks.remove()
+            if self._collectives is not None:
+                self._collectives.restore()
+            if self._module_hooks is not None:
+                self._module_hooks.remove()
+            self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
+            # The sinks get the bound less a reserve for the side group and the closables.
+            reserve = min(1.0, timeout_s / 5)
+            if self._pipeline is not None:
+                self._pipeline.close(max(deadline - time.monotonic() - reserve, 0))
+            self._close_side_group(deadline)
+            for c in self._closables:
+                if c is self._store_sink:  # its flush and its join each take up to the limit
+                    c.close(timeout_s=max((deadline - time.monotonic()) / 2, 0))
+                else:
+                    c.close()
+        finally:
+            if self in _ACTIVE:
+                _ACTIVE.remove(self)
 
     # internals -------------------------------------------------------------------------
+    def _control_step(self) -> None:
+        try:
+            command = self._control.at_step(self._step)
+        except RuntimeError as exc:  # a rank gone or stopped: control ends with the analysis
+            self._gather.fail(f"runtime control: {reason(exc)}")
+            return
+        if command is not None:
+            self._apply(command, self._step + 1)
+
+    def _close_side_group(self, deadline: float) -> None:
+        """Waits for the side group's last collectives until `deadline`, then releases it;
+        a failure there (a peer gone) is logged once, never raised."""
+        clean = True
+        limit = 0.0 if self._gather.failed is not None else deadline - time.monotonic()  # no wait on a failed group
+        try:
+            if self._control is not None:
+                clean = self._control.close(max(limit, 0.0))
+        except RuntimeError as exc:
+            self._gather.fail(f"runtime control: {reason(exc)}")  # logs unless the analysis already stopped
+        try:
+            self._gather.close(max(deadline - time.monotonic(), 0), clean=clean)
+        except (RuntimeError, ValueError) as exc:  # e.g. the default group already destroyed
+            log.warning("relax_straggler: the side group could not be released cleanly: %s", reason(exc))
+
     def _publish(self, sample: Any) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group)
         pending = self._gather.gather(row, self._ops.take_row(sample.step))
@@ -284,9 +331,13 @@ class Analyzer:
     def _config_at(self, step: int) -> StragglerConfig:
         return next(c for first, c in reversed(self._configs) if first <= step)
 
-    def _build_report(self, pending: PendingRows, step: int) -> Report:
+    def _build_report(self, pending: PendingRows, step: int) -> Optional[Report]:
         config = self._config_at(step)
-        report = build_report(unpack(pending.wait()), step, config, config.metrics_rank, self.counters())
+        try:
+            rows = pending.wait()
+        except GatherUnavailable:
+            return None  # the gather logged why (once); the step has no report
+        report = build_report(unpack(rows), step, config, config.metrics_rank, self.counters())
         wanted = ConfirmConfig.from_config(config)
         if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)

@@ -24,6 +24,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Optional
 
 import numpy as np
@@ -144,13 +145,17 @@ class ControlChannel:
     group / source: the side Gloo group and the global rank of the metrics rank;
     control_file: the metrics rank's ControlFile (None elsewhere); every: steps between
     broadcasts (>= 1). at_step(step) is called by every rank at the end of every step and
-    returns the command to apply from the next step on, identical on every rank.
+    returns the command to apply from the next step on, identical on every rank; it raises
+    RuntimeError when the previous broadcast failed or did not finish within wait_s seconds
+    (a rank gone or stopped).
     """
 
-    def __init__(self, group: Any, source: int, control_file: Optional[ControlFile], every: int) -> None:
+    def __init__(self, group: Any, source: int, control_file: Optional[ControlFile], every: int,
+                 wait_s: float = 300.0) -> None:
         if every < 1:
             raise ValueError(f"--straggler-control-every must be >= 1, got {every}")
         self._group, self._source, self._file, self.every = group, source, control_file, every
+        self._wait = timedelta(seconds=wait_s)
         self._sequence = 0
         self._in_flight: Optional[tuple[Any, torch.Tensor]] = None
 
@@ -165,7 +170,7 @@ class ControlChannel:
         command = None
         if self._in_flight is not None:
             work, buffer = self._in_flight
-            work.wait()
+            work.wait(self._wait)
             command = _decode(buffer.numpy())
         self._sequence += 1
         outgoing = self._file.poll() if self._file is not None else None
@@ -173,11 +178,20 @@ class ControlChannel:
         self._in_flight = (dist.broadcast(buffer, src=self._source, group=self._group, async_op=True), buffer)
         return command
 
-    def close(self) -> None:
-        """Waits for the last broadcast (every rank launched it), before the group goes."""
-        if self._in_flight is not None:
-            self._in_flight[0].wait()
-            self._in_flight = None
+    def close(self, timeout_s: float = 5.0) -> bool:
+        """Waits at most timeout_s s for the last broadcast (every rank launched it), before
+        the group goes. False when it is still unfinished (a rank stopped); raises
+        RuntimeError when it failed."""
+        if self._in_flight is None:
+            return True
+        work, self._in_flight = self._in_flight[0], None
+        try:
+            work.wait(timedelta(seconds=max(timeout_s, 0.001)))  # 0 would mean no limit
+        except RuntimeError:
+            if not work.is_completed():
+                return False
+            raise
+        return True
 
 
 class LocalControl:
@@ -200,5 +214,5 @@ class LocalControl:
         command, self._pending = self._pending, self._file.poll()
         return command
 
-    def close(self) -> None:
-        pass
+    def close(self, timeout_s: float = 5.0) -> bool:
+        return True

@@ -1,0 +1,281 @@
+"""Faults on the collection side: report sinks that block, raise or crawl, a peer or the
+metrics rank killed (SIGKILL) or stopped (SIGSTOP), an exception raised inside a section.
+
+Each test asserts that training finishes (or fails exactly as it would without the
+analyzer), that uninstall() returns within its bound (Analyzer.uninstall, 5 s by default)
+and that what the sinks were given before shutdown is complete. Every wait here has its own
+limit, so a hang fails the test instead of wedging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import relax_straggler
+from conftest import REPO, free_port
+from relax_straggler.reporters.pipeline import ReportPipeline
+from test_install import config, make, train
+
+BOUND_S = 5.0   # uninstall()'s default bound
+MARGIN_S = 2.0  # two loaded cores
+WORKER = REPO / "tests" / "python" / "workers" / "fault_peer.py"
+
+
+def timed_uninstall(analyzer, limit_s: float = 30.0) -> tuple[float, float]:
+    """(seconds uninstall() took, time.monotonic() when it returned); fails when it is still
+    running after limit_s."""
+    done: list[float] = []
+    start = time.monotonic()
+    thread = threading.Thread(target=lambda: (analyzer.uninstall(), done.append(time.monotonic())), daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    assert done, f"uninstall() still running after {limit_s} s"
+    return done[0] - start, done[0]
+
+
+def jsonl_steps(path: Path) -> list[int]:
+    """The steps of a JSONL report file; every line must be a complete report."""
+    if not path.exists():
+        return []
+    with open(path) as fh:
+        lines = [json.loads(line) for line in fh]
+    assert all({"step", "stages", "device_ms", "metrics"} <= set(r) for r in lines)
+    return [r["step"] for r in lines]
+
+
+def shutdown_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "did not finish" in r.getMessage()]
+
+
+# Report sinks -------------------------------------------------------------------------------
+def test_a_blocking_sink_cannot_hold_uninstall(tmp_path, caplog):
+    release = threading.Event()
+    calls: list[tuple[float, int]] = []
+
+    def report_fn(metrics: dict, step: int) -> None:
+        calls.append((time.monotonic(), step))
+        release.wait(120)
+
+    model, opt = make()
+    analyzer = relax_straggler.install(model, opt, config=config(queue_size=4, jsonl_path=str(tmp_path / "r.jsonl")),
+                                       report_fn=report_fn)
+    try:
+        train(model, opt, analyzer, 12)  # the queue fills behind the blocked sink
+        with caplog.at_level(logging.WARNING, logger="relax_straggler"):
+            took, returned_at = timed_uninstall(analyzer)
+    finally:
+        release.set()
+    assert took <= BOUND_S + MARGIN_S
+    assert len(shutdown_warnings(caplog)) == 1, caplog.text
+    time.sleep(0.5)  # the released report thread must not go on to the next report
+    assert [step for _, step in calls] == [0]
+    assert all(t < returned_at for t, _ in calls)
+    pipeline = analyzer._pipeline
+    assert pipeline.dropped_reports + pipeline.abandoned_reports == 12  # the one in the sink is abandoned too
+
+
+def test_a_slow_sink_is_cut_at_the_bound_and_never_called_after_uninstall(tmp_path, caplog):
+    calls: list[tuple[float, int]] = []
+
+    def report_fn(metrics: dict, step: int) -> None:
+        calls.append((time.monotonic(), step))
+        time.sleep(0.25)
+
+    model, opt = make()
+    path = tmp_path / "r.jsonl"
+    analyzer = relax_straggler.install(model, opt, config=config(jsonl_path=str(path)), report_fn=report_fn)
+    train(model, opt, analyzer, 40)  # 10 s of sink work queued
+    with caplog.at_level(logging.WARNING, logger="relax_straggler"):
+        took, returned_at = timed_uninstall(analyzer)
+    assert took <= BOUND_S + MARGIN_S
+    assert len(shutdown_warnings(caplog)) == 1, caplog.text
+    given = len(calls)
+    time.sleep(0.6)
+    assert len(calls) == given and all(t < returned_at for t, _ in calls)
+    steps = [step for _, step in calls]
+    assert 0 < len(steps) < 40 and steps == list(range(len(steps)))  # in order, none skipped
+    written = jsonl_steps(path)  # the JSONL sink runs after the callback on each report
+    assert written == steps[:len(written)] and len(steps) - len(written) <= 1
+    pipeline = analyzer._pipeline
+    assert len(written) + pipeline.abandoned_reports + pipeline.dropped_reports == 40
+
+
+def test_a_raising_sink_is_logged_once_and_the_others_get_every_report(tmp_path, caplog):
+    def report_fn(metrics: dict, step: int) -> None:
+        raise RuntimeError(f"tracking server down at step {step}")
+
+    model, opt = make()
+    path = tmp_path / "r.jsonl"
+    analyzer = relax_straggler.install(model, opt, config=config(jsonl_path=str(path)), report_fn=report_fn)
+    with caplog.at_level(logging.WARNING, logger="relax_straggler"):
+        losses = train(model, opt, analyzer, 10)
+        took, _ = timed_uninstall(analyzer)
+    assert len(losses) == 10 and took <= 1.0 + MARGIN_S
+    assert jsonl_steps(path) == list(range(10))
+    assert len([r for r in caplog.records if "raised" in r.getMessage()]) == 1, caplog.text
+    assert not shutdown_warnings(caplog)
+
+
+def test_reports_that_cannot_be_built_are_logged_rate_limited_and_summarised(caplog):
+    def build(pending, step: int):
+        raise ValueError(f"bad rows at step {step}")
+
+    delivered: list[int] = []
+    pipeline = ReportPipeline(build, [lambda report: delivered.append(report.step)], queue_size=1000)
+    with caplog.at_level(logging.WARNING, logger="relax_straggler"):
+        for step in range(500):
+            pipeline.submit(None, step)
+        assert pipeline.close(timeout_s=30)
+    records = [r for r in caplog.records if r.name.startswith("relax_straggler")]
+    assert pipeline.failed_reports == 500 and delivered == []
+    assert sum(1 for r in records if r.exc_info) == 1  # the first, with its traceback
+    assert 1 <= len(records) <= 3, [r.getMessage() for r in records]
+    assert "500" in records[-1].getMessage()  # the summary at close counts them all
+
+
+def test_steps_that_cannot_be_published_are_logged_once_and_summarised(caplog):
+    model, opt = make()
+    analyzer = relax_straggler.install(model, opt, config=config())
+
+    def broken(row, op_row=None):
+        raise RuntimeError("side group unusable")
+
+    analyzer._gather.gather = broken
+    with caplog.at_level(logging.WARNING, logger="relax_straggler"):
+        losses = train(model, opt, analyzer, 50)
+        timed_uninstall(analyzer)
+    records = [r for r in caplog.records if r.name.startswith("relax_straggler")]
+    assert len(losses) == 50
+    assert len(records) == 2 and records[0].exc_info, [r.getMessage() for r in records]
+    assert "50 sampled steps" in records[1].getMessage()
+
+
+def test_a_report_waiting_for_a_peer_is_released_at_close_and_counted_abandoned():
+    peer = threading.Event()  # the row a stopped peer never sends; release() stands in for the gather's abandon()
+
+    def build(pending, step: int):
+        peer.wait(60)
+        return None  # as Analyzer._build_report does when the gather is unavailable
+
+    pipeline = ReportPipeline(build, [], queue_size=8, release=peer.set)
+    for step in range(3):
+        pipeline.submit(None, step)
+    start = time.monotonic()
+    assert not pipeline.close(timeout_s=1.0)
+    assert time.monotonic() - start <= 1.0 + MARGIN_S
+    assert (pipeline.abandoned_reports, pipeline.failed_reports) == (3, 0)
+    pipeline._thread.join(MARGIN_S)
+    assert not pipeline._thread.is_alive()  # released, it left instead of waiting in a C++ call at exit
+
+
+# User code ----------------------------------------------------------------------------------
+def test_an_exception_inside_a_section_propagates_unchanged_and_analysis_goes_on(tmp_path):
+    import torch
+    import torch.nn.functional as F
+
+    model, opt = make()
+    path = tmp_path / "r.jsonl"
+    analyzer = relax_straggler.install(model, opt, config=config(jsonl_path=str(path)))
+    gen = torch.Generator().manual_seed(0)
+    trained = 0
+    for step in range(9):
+        try:
+            with analyzer.section("data"):
+                x = torch.randint(0, 64, (16, 32), generator=gen)
+                if step % 3 == 1:
+                    raise ValueError("a bad batch")  # the user's loop skips it
+        except ValueError:
+            continue
+        loss = F.cross_entropy(model(x).view(-1, 64), x.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        trained += 1
+    with pytest.raises(ZeroDivisionError, match="division by zero"):  # the same error as without the analyzer
+        try:
+            with analyzer.section("forward"):
+                1 / 0
+        finally:
+            took, _ = timed_uninstall(analyzer)
+    assert took <= 1.0 + MARGIN_S
+    counters = analyzer.counters()
+    assert counters["unmatched_stops"] == 0 and counters["open_at_step_end"] == 0, counters
+    reports = [json.loads(line) for line in open(path)]
+    assert [r["step"] for r in reports] == list(range(trained))
+    data = reports[0]["stages"].index("data")
+    assert all(r["device_ms"][0][data] is not None for r in reports)
+
+
+# Peers ---------------------------------------------------------------------------------------
+def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, observed: bool = True,
+             limit_s: float = 90.0) -> tuple[int, dict, str, float]:
+    """Runs fault_peer.py on 2 Gloo ranks (plain processes: torchrun would end the survivor
+    when the faulty rank dies). Returns the survivor's (exit code, result, stderr, wall s);
+    the faulty rank is SIGKILLed afterwards if still there (a stopped one)."""
+    out.mkdir(parents=True)
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        args = [sys.executable, str(WORKER), str(out), mode, fault, str(faulty), str(steps)]
+        with open(out / f"stderr{rank}.txt", "w") as err:
+            procs.append(subprocess.Popen(args + ([] if observed else ["--unobserved"]), cwd=REPO, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=err))
+    survivor = procs[1 - faulty]
+    start = time.monotonic()
+    try:
+        code = survivor.wait(limit_s)
+    except subprocess.TimeoutExpired:
+        code = None
+    wall = time.monotonic() - start
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+        p.wait(30)
+    stderr = (out / f"stderr{1 - faulty}.txt").read_text()
+    assert code is not None, f"the surviving rank {1 - faulty} hung (> {limit_s} s):\n{stderr[-3000:]}"
+    result_path = out / f"rank{1 - faulty}.json"
+    assert result_path.exists(), f"rank {1 - faulty} wrote no result (exit {code}):\n{stderr[-3000:]}"
+    return code, json.loads(result_path.read_text()), stderr, wall
+
+
+STEPS = 300
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+@pytest.mark.parametrize("faulty", [1, 0], ids=["peer", "metrics_rank"])
+def test_a_run_the_analysis_alone_connects_finishes_whatever_a_rank_does(tmp_path, fault, faulty):
+    code, result, stderr, _ = run_pair(tmp_path / "run", "independent", fault, faulty, STEPS)
+    assert (code, result["outcome"], result["trained"]) == (0, "finished", STEPS), stderr[-3000:]
+    assert result["uninstall_s"] <= BOUND_S + MARGIN_S, result
+    # A bounded log, not one traceback per report.
+    ours = [line for line in stderr.splitlines() if "relax_straggler" in line]
+    assert stderr.count("Traceback") <= 1 and len(ours) <= 8 and len(stderr) < 20_000, stderr[-3000:]
+    if faulty == 1:  # the survivor is the metrics rank: what it reported is whole and in order
+        steps = result["reported"]
+        assert 1 <= len(steps) <= 10 and steps == list(range(len(steps))), steps
+        assert jsonl_steps(tmp_path / "run" / "straggler.jsonl") == steps
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_faulty_ddp_peer_fails_training_as_it_would_without_the_analyzer(tmp_path, fault):
+    base_code, base, _, base_wall = run_pair(tmp_path / "unobserved", "ddp", fault, 1, 40, observed=False)
+    code, result, stderr, wall = run_pair(tmp_path / "observed", "ddp", fault, 1, 40)
+    assert base_code == code == 1, stderr[-3000:]
+    assert (result["outcome"], result["error_type"], result["failed_step"]) == \
+           (base["outcome"], base["error_type"], base["failed_step"]) == ("error", "RuntimeError", 10), (base, result)
+    assert result["uninstall_s"] <= BOUND_S + MARGIN_S, result
+    assert wall <= base_wall + BOUND_S + 2 * MARGIN_S + 5.0  # 5 s: process start-up jitter on loaded cores
+    steps = result["reported"]
+    assert steps == list(range(len(steps))) and len(steps) <= 10, steps
