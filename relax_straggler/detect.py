@@ -3,8 +3,9 @@
 The engine is csrc/core/detect (docs/DETECTION.md describes the algorithms); this module
 gives it plain Python data. Shapes and units:
 
-  ms       float64 (steps, ranks, stages), milliseconds; NaN or <= 0 = the rank did not
-           run the stage that step (Report.judged_ms of consecutive reports, stacked).
+  ms       float64 (steps, ranks, stages), milliseconds; NaN, 0, +-inf or < 0 = the rank
+           did not run the stage that step (the engine's one rule, docs/ARCHITECTURE.md data
+           contract; Report.judged_ms of consecutive reports, stacked).
   stages   one name per column (relax_straggler.stages names; ``communication`` and
            ``communication/<op>`` are judged by the late-arrival rule, docs/ARCHITECTURE.md invariant 7).
 

@@ -144,6 +144,18 @@ def comparison_groups(groups: np.ndarray, step: int) -> Optional[np.ndarray]:
     return groups if distinct > 1 else None
 
 
+_unusable_warned = False
+
+
+def _warn_unusable(step: int, cells: int) -> None:
+    """Says once per process that measured times were no time (the metric counts every report)."""
+    global _unusable_warned
+    if not _unusable_warned:
+        _unusable_warned = True
+        log.warning("relax_straggler: step %d: %d measured times were infinite or negative and are judged as not "
+                    "run (straggler/unusable_times counts them per report; this is said once)", step, cells)
+
+
 def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,
                  counters: dict[str, int]) -> Report:
     """Judges one step's gathered rows. counters: loss counters to publish with it."""
@@ -193,6 +205,9 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     metrics["straggler/hints"] = verdict.hints
     metrics["straggler/num_stragglers"] = verdict.num_stragglers
     metrics["straggler/mismatched_ranks"] = int(mismatched.sum())
+    metrics["straggler/unusable_times"] = verdict.unusable_cells
+    if verdict.unusable_cells:
+        _warn_unusable(step, verdict.unusable_cells)
     late = late_arrivals(gathered, device_ms)
     if late is not None:
         metrics["straggler/communication/blamed_rank"] = late.blamed_rank

@@ -37,5 +37,5 @@ void BM_ConfirmUpdate(benchmark::State& state) {
 
 BENCHMARK(BM_ConfirmUpdate)
     ->ArgNames({"ranks", "group"})
-    ->ArgsProduct({{8, 1024, 16384}, {0, 8}})
+    ->ArgsProduct({{8, 1024, 16384}, {0, 8, 128}})
     ->Unit(benchmark::kMicrosecond);

@@ -32,5 +32,5 @@ void BM_JudgeStep(benchmark::State& state) {
 
 BENCHMARK(BM_JudgeStep)
     ->ArgNames({"ranks", "median", "group"})
-    ->ArgsProduct({{8, 1024, 16384}, {0, 1}, {0, 8}})
+    ->ArgsProduct({{8, 1024, 16384}, {0, 1}, {0, 8, 128}})
     ->Unit(benchmark::kMicrosecond);

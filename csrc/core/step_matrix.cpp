@@ -1,5 +1,7 @@
 #include "core/step_matrix.h"
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace relax_straggler::core {
@@ -26,6 +28,11 @@ StepMatrix StepMatrix::from_rows(std::int64_t step, std::int32_t num_ranks, std:
   for (const auto& name : stages) m.kinds.push_back(stage_kind_of(name));
   m.stages = std::move(stages);
   m.ms = std::move(ms);
+  for (double& t : m.ms) {
+    if (is_time(t) || std::isnan(t)) continue;
+    m.unusable += t != 0.0;  // 0 is "not timed"; +-inf and negatives are no time at all
+    t = std::numeric_limits<double>::quiet_NaN();
+  }
   return m;
 }
 

@@ -342,6 +342,7 @@ StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config) {
   validate(matrix, config);
   StepVerdict v;
   v.step = matrix.step;
+  v.unusable_cells = matrix.unusable;
   judge_stages(matrix, config, v);
   v.likely_bottleneck = likely_bottleneck(v.stages, config.noise_floor_ms);
   v.hints = format_hints(v, config, false);
@@ -367,6 +368,7 @@ StepVerdict judge_step(const StepMatrix& matrix, const VerdictConfig& config, co
 
   StepVerdict v;
   v.step = matrix.step;
+  v.unusable_cells = matrix.unusable;
   v.stages.resize(matrix.num_stages());
   std::vector<double> mean_sums(matrix.num_stages(), 0.0);
   std::vector<double> work_lo(matrix.num_stages(), std::numeric_limits<double>::infinity());

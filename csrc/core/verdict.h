@@ -72,6 +72,7 @@ struct StepVerdict {
   // stage's excess reaches noise_floor_ms. See judge_step for the communication rule.
   std::int32_t likely_bottleneck = -1;
   std::string hints;  // one human-readable line
+  std::int64_t unusable_cells = 0;  // the matrix's values that were no time (StepMatrix::unusable)
 
   std::int32_t num_stragglers() const;  // distinct straggler ranks over all stages
 };

@@ -114,11 +114,14 @@ void bind_core(py::module_& m) {
       .def_readonly("stages", &core::StepVerdict::stages)
       .def_readonly("likely_bottleneck", &core::StepVerdict::likely_bottleneck)
       .def_readonly("hints", &core::StepVerdict::hints)
+      .def_readonly("unusable_cells", &core::StepVerdict::unusable_cells,
+                    "Values that were no time (+-inf, negative), judged as not run.")
       .def_property_readonly("num_stragglers", &core::StepVerdict::num_stragglers);
 
   m.def("judge_step", &judge, py::arg("ms"), py::arg("stages"), py::arg("step"), py::arg("config"),
         py::arg("groups") = py::none(),
-        "Judges one step. ms: float64 array (ranks, stages) in ms, NaN = not run; stages: names;\n"
+        "Judges one step. ms: float64 array (ranks, stages) in ms, NaN or 0 = not run (+-inf and\n"
+        "negatives too, counted in unusable_cells); stages: names;\n"
         "groups: optional comparison group id (>= 0) per rank, e.g. its pipeline stage: ranks are\n"
         "then judged within their group and the spread between groups is imbalance_ratio.\n"
         "Raises ValueError on a shape mismatch, bad groups or an invalid config.");

@@ -136,9 +136,9 @@ TEST(Verdict, CommunicationOpsAreCommunicationStages) {
 
 TEST(Verdict, LateArrivalExplainedByComputeNamesTheComputeStage) {
   // Rank 2 is 30 ms slow in forward; the others wait ~30 ms in the gradient all-reduce.
-  // Both excesses are 22.5 ms; the communication late rank is the compute slow rank.
+  // The excesses are 22.5 ms (forward) and 22.1 ms; the late rank is the slow rank.
   auto m = rs::StepMatrix::from_rows(1, 4, {"forward", "communication"},
-                                     {10, 30, 10, 30, 40, 0, 10, 30});
+                                     {10, 30, 10, 30, 40, 0.5, 10, 30});
   auto v = rs::judge_step(m, rfc());
   EXPECT_EQ(v.stages[0].top_rank, 2);
   EXPECT_EQ(v.stages[1].top_rank, 2);
@@ -148,10 +148,10 @@ TEST(Verdict, LateArrivalExplainedByComputeNamesTheComputeStage) {
 }
 
 TEST(Verdict, LateArrivalExplainedBySeveralComputeStages) {
-  // Rank 1 is 10 ms behind in forward and 12 ms in backward; rank 0 waits 22 ms for it.
-  // Each compute excess alone (5, 6 ms against the mean of 2 ranks) is under half the
-  // communication excess (11 ms), together they cover it: backward (the larger) is named.
-  auto m = rs::StepMatrix::from_rows(1, 2, {"forward", "backward", "communication"}, {10, 20, 22, 20, 32, 0});
+  // Rank 1 is 10 ms behind in forward and 12 ms in backward; rank 0 waits 21.5 ms for it.
+  // The compute excesses (5, 6 ms against the mean of 2 ranks) together cover the
+  // communication excess (10.75 ms): backward, the larger, is named.
+  auto m = rs::StepMatrix::from_rows(1, 2, {"forward", "backward", "communication"}, {10, 20, 22, 20, 32, 0.5});
   auto v = rs::judge_step(m, rfc());
   EXPECT_EQ(v.stages[2].top_rank, 1);
   EXPECT_EQ(v.likely_bottleneck, 1);
@@ -307,4 +307,31 @@ TEST(GroupedVerdict, StragglerIsNotStructuralImbalance) {
   v = rs::judge_step(column("forward", {100, 100, 150, 150, 150, 300}), rfc(), {0, 0, 1, 1, 1, 1});
   EXPECT_EQ(v.stages[0].stragglers, (std::vector<std::int32_t>{5}));
   EXPECT_DOUBLE_EQ(v.stages[0].imbalance_ratio, 1.5);
+}
+
+// One rule for values that are no time (docs/ARCHITECTURE.md, data contract): 0 ("not
+// timed"), +inf, -inf and negatives are judged as "not run", like NaN, the last three
+// counted; before, one +inf made the reference inf (nobody flagged) and one -inf or 0
+// flagged every healthy rank.
+TEST(Verdict, ValuesThatAreNoTimeAreNotRunAndCounted) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (const rs::Reference ref : {rs::Reference::kMean, rs::Reference::kMedian}) {
+    for (const double bad : {inf, -inf, -5.0, 0.0}) {
+      rs::VerdictConfig cfg = rfc();
+      cfg.reference = ref;
+      for (const char* stage : {"forward", "communication"}) {
+        const auto v = rs::judge_step(column(stage, {100, 100, 100, 101, bad}), cfg);
+        const auto want = rs::judge_step(column(stage, {100, 100, 100, 101, kNaN}), cfg);
+        EXPECT_EQ(v.stages[0].stragglers, want.stages[0].stragglers) << stage << " " << bad;
+        EXPECT_TRUE(v.stages[0].stragglers.empty()) << stage << " " << bad;
+        EXPECT_DOUBLE_EQ(v.stages[0].ref_ms, want.stages[0].ref_ms) << stage << " " << bad;
+        EXPECT_EQ(v.stages[0].ranks_reporting, 4);
+        EXPECT_EQ(v.unusable_cells, bad == 0.0 ? 0 : 1);
+        EXPECT_EQ(want.unusable_cells, 0);
+      }
+    }
+  }
+  // A slow rank beside a rank with an infinite time is still found.
+  const auto v = rs::judge_step(column("forward", {100, 100, 100, 150, inf}), rfc());
+  EXPECT_EQ(v.stages[0].stragglers, (std::vector<std::int32_t>{3}));
 }

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "core/stats.h"
+#include "core/step_matrix.h"
 
 namespace relax_straggler::core::detect {
 namespace {
@@ -92,7 +93,7 @@ WindowFeatures compute_features(const WindowView& window, const FeatureOptions& 
     const double* row = window.ms + static_cast<std::size_t>(s) * ranks * stages;
     for (std::size_t i = 0; i < ranks * stages; ++i) {
       const double t = row[i];
-      if (!(t > 0.0) || !std::isfinite(t)) continue;  // NaN, 0 or negative: not run
+      if (!is_time(t)) continue;  // NaN, 0, +-inf or negative: not run (step_matrix.h)
       lo[i] = std::min(lo[i], t);
       hi[i] = std::max(hi[i], t);
       sum[i] += t;

@@ -3,8 +3,8 @@
 // steps x ranks x stages of milliseconds, step-major:
 //     ms[(step * num_ranks + rank) * stages.size() + stage],
 // i.e. the StepMatrix of each step (rank-major, step_matrix.h) laid one after another.
-// NaN or a value <= 0 means the rank did not run the stage in that step ("not timed",
-// as zeros are in Megatron's timers).
+// A value that is no time (step_matrix.h is_time: NaN, 0 as in Megatron's timers, +-inf,
+// negative) means the rank did not run the stage in that step.
 #pragma once
 
 #include <cstdint>
