@@ -310,7 +310,8 @@ class Analyzer:
             log.warning("relax_straggler: the side group could not be released cleanly: %s", reason(exc))
 
     def _publish(self, sample: Any) -> None:
-        row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group)
+        row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
+                              self._hooks.forward_passes)
         pending = self._gather.gather(row, self._ops.take_row(sample.step))
         if pending is not None and self._pipeline is not None:
             self._pipeline.submit(pending, sample.step)

@@ -12,7 +12,7 @@ communication: under DDP, a second final callback, queued from the first, runs a
 optimizer:     optimizer step pre/post hooks; the post hook ends the step.
 
 A full module backward hook is not used: on a model fed integer token ids it fires at
-the start of the module's backward, not the end (ANCHORS.md pitfalls). Forwards re-run
+the start of the module's backward, not the end (a known pitfall of such hooks). Forwards re-run
 inside backward by activation recomputation are not counted as forward.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from typing import Any, Callable, Iterable, Optional
 
 import torch
@@ -88,6 +89,8 @@ class TrainingHooks:
         self._on_step_end = on_step_end
         self._time_grad_sync = time_grad_sync
         self._backward_open = False
+        self._forward_passes = 0
+        self._counting = bool(models)
         self.handles: list[Any] = []
         for model in models:
             self.handles.append(model.register_forward_pre_hook(self._forward_pre))
@@ -95,6 +98,12 @@ class TrainingHooks:
         if optimizer is not None:
             self.handles.append(optimizer.register_step_pre_hook(self._optimizer_pre))
             self.handles.append(optimizer.register_step_post_hook(self._optimizer_post))
+
+    @property
+    def forward_passes(self) -> float:
+        """Training forward passes (grad enabled) of the models so far, every step counted;
+        NaN without a model to count them on."""
+        return float(self._forward_passes) if self._counting else math.nan
 
     def remove(self) -> None:
         for h in self.handles:
@@ -104,6 +113,8 @@ class TrainingHooks:
     # forward ---------------------------------------------------------------------------
     @guarded("forward pre")
     def _forward_pre(self, module: torch.nn.Module, inputs: Any) -> None:
+        # Every step, not only sampled ones: the count checks that the ranks' steps line up.
+        self._forward_passes += torch.is_grad_enabled()
         if self._timer.sampled and not _in_backward():
             self._timer.start(FORWARD)
 

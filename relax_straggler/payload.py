@@ -1,12 +1,13 @@
 """The fixed-shape per-rank payload gathered on every sampled step.
 
 One float64 row per rank:
-  [step, tokens, rank, comparable_count, group]
+  [step, tokens, rank, comparable_count, group, forward_passes]
   (device_ms, host_ms, waited_ms, calls) for every stage in STAGES order
   comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
   spanning every analyzed rank, in issue order (late-arrival evidence)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
-group given). Fixed size
+group given, forward passes not counted). forward_passes: the rank's training forward
+passes so far (a step-drift check: relax_straggler.report.drifted_ranks). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
 
 The per-op row of the live what-if replay (below, `pack_ops`) travels appended to it in
@@ -22,7 +23,7 @@ import numpy as np
 
 from relax_straggler.stages import STAGES
 
-HEADER = ("step", "tokens", "rank", "comparable_count", "group")
+HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes")
 FIELDS = ("device_ms", "host_ms", "waited_ms", "calls")
 MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
 _H = len(HEADER)
@@ -43,12 +44,13 @@ class PendingRows(Protocol):
 
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
          waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
-         group: Optional[int] = None) -> np.ndarray:
+         group: Optional[int] = None, forward_passes: float = np.nan) -> np.ndarray:
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
-    group: the rank's comparison group id (>= 0) or None."""
+    group: the rank's comparison group id (>= 0) or None; forward_passes: its training
+    forward passes so far, NaN when not counted."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
-    row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group)
+    row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes)
     body = row[_H:_H + _BODY].reshape(len(STAGES), len(FIELDS))
     body[:, 0] = device_ms
     body[:, 1] = host_ms
@@ -62,7 +64,8 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
 class Gathered:
     """All ranks' rows of one sampled step, unpacked: (ranks,) or (ranks, stages) arrays,
     comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank,
-    groups (ranks,) int64 comparison group ids, -1 where a rank gave none."""
+    groups (ranks,) int64 comparison group ids, -1 where a rank gave none, forward_passes
+    (ranks,) float64, NaN where not counted."""
 
     steps: np.ndarray
     tokens: np.ndarray
@@ -73,6 +76,7 @@ class Gathered:
     comparable_count: np.ndarray
     comparable_ms: np.ndarray
     groups: np.ndarray
+    forward_passes: np.ndarray
 
     @property
     def num_ranks(self) -> int:
@@ -95,11 +99,13 @@ def unpack(rows: np.ndarray) -> Gathered:
         comparable_count=rows[:, 3].astype(np.int64),
         comparable_ms=rows[:, _H + _BODY:].copy(),
         groups=np.nan_to_num(rows[:, HEADER.index("group")], nan=-1.0).astype(np.int64),
+        forward_passes=rows[:, HEADER.index("forward_passes")].copy(),
     )
 
 
-def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None) -> np.ndarray:
-    """Packs a StageTimer StepSample (group: as in pack). When the collective layer timed collectives, the
+def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
+                    forward_passes: float = np.nan) -> np.ndarray:
+    """Packs a StageTimer StepSample (group, forward_passes: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
     collective in flight and `communication/<op>` the summed durations per op."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
@@ -118,7 +124,7 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             device[sid] = host[sid] = ms
             waited[sid] = 0.0
             calls[sid] = n
-    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group)
+    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes)
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on

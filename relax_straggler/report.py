@@ -144,16 +144,20 @@ def comparison_groups(groups: np.ndarray, step: int) -> Optional[np.ndarray]:
     return groups if distinct > 1 else None
 
 
-_unusable_warned = False
-
-
-def _warn_unusable(step: int, cells: int) -> None:
-    """Says once per process that measured times were no time (the metric counts every report)."""
-    global _unusable_warned
-    if not _unusable_warned:
-        _unusable_warned = True
-        log.warning("relax_straggler: step %d: %d measured times were infinite or negative and are judged as not "
-                    "run (straggler/unusable_times counts them per report; this is said once)", step, cells)
+def drifted_ranks(forward_passes: np.ndarray, metrics_rank: int) -> np.ndarray:
+    """(ranks,) bool: ranks whose training forward passes so far differ from their peers'
+    (the most common count; on a tie, the metrics rank's). A rank that skipped an optimizer
+    step (a GradScaler overflow only it saw) runs one step more per step label from then on:
+    its rows describe other iterations than its peers', although the gathers pair them.
+    NaN counts (not counted: no model hooks) drift nowhere."""
+    counted = np.isfinite(forward_passes)
+    if counted.sum() < 2:
+        return np.zeros(forward_passes.shape, dtype=bool)
+    values, counts = np.unique(forward_passes[counted], return_counts=True)
+    common = values[counts == counts.max()]
+    own = forward_passes[metrics_rank] if metrics_rank < forward_passes.size else np.nan
+    reference = own if own in common else common[0]
+    return counted & (forward_passes != reference)
 
 
 def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,
@@ -164,10 +168,18 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     compute = np.array([not is_communication(s) for s in STAGES])
     device_ms = gathered.device_ms - np.where(compute, np.nan_to_num(gathered.waited_ms), 0.0)
     mismatched = gathered.steps != step
-    if mismatched.any():
-        # A rank whose step counter drifted (e.g. a skipped optimizer step) is not
-        # comparable with the others this time: its row is not judged, and counted.
-        device_ms[mismatched, :] = np.nan
+    drifted = drifted_ranks(gathered.forward_passes, metrics_rank)
+    if drifted.any():
+        _warn_once("drift", "relax_straggler: step %d: ranks %s have run %s training forward passes where their "
+                   "peers ran %d: an optimizer step was skipped there (e.g. a GradScaler overflow only they saw), "
+                   "so their steps no longer line up with their peers'; they are not judged from now on "
+                   "(straggler/drifted_ranks)", step, np.flatnonzero(drifted).tolist(),
+                   sorted({int(n) for n in gathered.forward_passes[drifted]}),
+                   int(gathered.forward_passes[~drifted & np.isfinite(gathered.forward_passes)][0]))
+    if mismatched.any() or drifted.any():
+        # A rank whose step counter differs, or whose steps drifted, is not comparable with
+        # the others: its row is not judged, and counted.
+        device_ms[mismatched | drifted, :] = np.nan
     ran = ~np.all(np.isnan(device_ms), axis=0)
     stages = tuple(s for s, keep in zip(STAGES, ran) if keep)
     device_ms = device_ms[:, ran]
@@ -205,9 +217,11 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     metrics["straggler/hints"] = verdict.hints
     metrics["straggler/num_stragglers"] = verdict.num_stragglers
     metrics["straggler/mismatched_ranks"] = int(mismatched.sum())
+    metrics["straggler/drifted_ranks"] = int(drifted.sum())
     metrics["straggler/unusable_times"] = verdict.unusable_cells
     if verdict.unusable_cells:
-        _warn_unusable(step, verdict.unusable_cells)
+        _warn_once("unusable", "relax_straggler: step %d: %d measured times were infinite or negative and are judged "
+                   "as not run (straggler/unusable_times counts them per report)", step, verdict.unusable_cells)
     late = late_arrivals(gathered, device_ms)
     if late is not None:
         metrics["straggler/communication/blamed_rank"] = late.blamed_rank
