@@ -357,3 +357,51 @@ TEST(Confirm, RowBlocksAndSingleRowsFindTheSame) {
     }
   }
 }
+
+// The window path's impact rule sums a rank's typical excess over its stages (a uniformly
+// 5 % slower rank), but the sum speaks for its costliest stage only: a rank far behind in
+// forward does not carry a 3.5 % wobble of its backward (beyond the window's noise band,
+// half the impact bar alone) over it.
+TEST(Confirm, TheSummedImpactConfirmsTheCostliestStageOnly) {
+  Job job(12);
+  cf::ConfirmConfig cfg;
+  cfg.min_impact = 0.04;  // 6.6 ms of the ~165 ms step: twice the backward's typical excess
+  cf::ConfirmTracker t(cfg);
+  cf::WindowEvidence w;
+  w.anomalies.push_back(cf::WindowRank{11, 6, {"forward", "backward"}});
+  cf::ConfirmResult r;
+  for (std::int64_t s = 0; s < 40; ++s) {
+    rs::StepMatrix m = job.report(s);
+    if (s >= 10) {
+      m.ms[11 * 3 + 0] *= 1.5;   // forward: 20 ms behind
+      m.ms[11 * 3 + 1] *= 1.035;  // backward: a typical excess of ~3.5 ms
+    }
+    r = t.update(m, job.groups(), {}, s >= 10 ? &w : nullptr);
+    for (const cf::Finding& f : r.findings) {
+      EXPECT_FALSE(f.stage_name == "backward" && f.state == cf::State::kStraggler) << "report " << s;
+    }
+  }
+  ASSERT_EQ(r.straggler_ranks(), std::vector<std::int32_t>{11});
+  EXPECT_EQ(r.findings.front().stage_name, "forward");
+}
+
+// Structural imbalance is a cost the job pays every step: one group slower in the same
+// stage, report after report, by an excess that matters against the step. Jitter of a
+// 1 ms stage that makes one group or the other 30 % slower is neither.
+TEST(Confirm, ImbalanceNeedsTheSameGroupAndAnImpact) {
+  std::mt19937_64 rng(13);
+  std::normal_distribution<double> z(0.0, 1.0);
+  cf::ConfirmTracker t;
+  const std::vector<std::int32_t> groups{0, 0, 0, 0, 1, 1, 1, 1};
+  for (std::int64_t s = 0; s < 40; ++s) {
+    std::vector<double> ms;
+    for (std::int32_t r = 0; r < 8; ++r) {
+      const double wobble = r / 4 == s % 2 ? 1.3 : 1.0;  // groups take turns
+      ms.insert(ms.end(), {40.0 * std::exp(0.015 * z(rng)), 80.0 * std::exp(0.015 * z(rng)),
+                           1.0 * wobble * std::exp(0.015 * z(rng))});
+    }
+    const auto r = t.update(rs::StepMatrix::from_rows(s, 8, {"forward", "backward", "optimizer"}, std::move(ms)),
+                            groups);
+    EXPECT_NE(r.status, cf::State::kImbalance) << "report " << s;
+  }
+}

@@ -91,3 +91,39 @@ TEST(ConfirmPipeline, TraceWaitRules) {
   EXPECT_EQ(self.rank, -1);
   EXPECT_FALSE(self.waited);
 }
+
+// With the per-op columns, the `communication` column (wall time with any collective in
+// flight: the all-reduce and the pipeline waits together) is their union, not one
+// collective: its shortest time is no late arrival. PP 2 x DP 2: rank 1 (stage 0) is slow,
+// its stage-1 peer rank 3 waits on it in recv and the 1F1B schedule absorbs most of that
+// before the all-reduce, so rank 2, which waited for nobody, reads short in the union.
+TEST(ConfirmPipeline, TheCommunicationUnionIsNotJudgedBesideItsOps) {
+  const std::vector<std::int32_t> pp_stage{0, 0, 1, 1};
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> z(0.0, 1.0);
+    const auto j = [&](double ms) { return ms * std::exp(0.015 * z(rng)); };
+    cf::ConfirmTracker t;
+    for (std::int64_t s = 0; s < 40; ++s) {
+      const double late = s >= 10 ? 12.0 : 0.0;  // rank 1's forward beyond its peer's
+      const double fwd[4] = {j(40.0), j(40.0) + late, j(40.0), j(40.0)};
+      const double recv[4] = {j(2.0), j(2.0), j(2.0), j(2.0) + late};
+      // Stage 0: rank 0 waits for rank 1; stage 1: rank 2 waits 2 ms of rank 3's 12.
+      const double allreduce[4] = {j(25.0) + late, j(25.0), j(25.0) + late / 6.0, j(25.0)};
+      std::vector<double> ms;
+      for (std::size_t r = 0; r < 4; ++r) {
+        ms.insert(ms.end(), {fwd[r], j(80.0), allreduce[r] + recv[r], allreduce[r], recv[r]});
+      }
+      const auto r = t.update(rs::StepMatrix::from_rows(s, 4, {"forward", "backward", "communication",
+                                                                "communication/allreduce", "communication/recv"},
+                                                        std::move(ms)), pp_stage);
+      for (const cf::Finding& f : r.findings) {
+        EXPECT_NE(f.rank, 2) << "seed " << seed << " report " << s << " " << f.stage_name;
+        EXPECT_NE(f.stage_name, "communication") << "seed " << seed << " report " << s << " rank " << f.rank;
+      }
+      if (s == 39) {
+        EXPECT_EQ(r.straggler_ranks(), std::vector<std::int32_t>{1}) << "seed " << seed;
+      }
+    }
+  }
+}

@@ -121,9 +121,10 @@ void ConfirmTracker::layout(const StepMatrix& m, const std::vector<std::int32_t>
   group_ = groups.empty() ? std::vector<std::int32_t>(static_cast<std::size_t>(ranks_), 0) : groups;
   roles_.assign(S, Role::kCompute);
   scaled_.assign(S, 0);
-  data_stage_ = -1;
+  data_stage_ = union_stage_ = -1;
   for (std::size_t s = 0; s < S; ++s) {
     const std::string& name = m.stages[s];
+    if (name == "communication") union_stage_ = static_cast<std::int32_t>(s);
     if (m.kinds[s] == StageKind::kCommunication) {
       const bool p2p = std::find(cfg_.p2p_stages.begin(), cfg_.p2p_stages.end(), name) != cfg_.p2p_stages.end();
       roles_[s] = p2p ? Role::kP2p : Role::kCollective;
@@ -190,6 +191,14 @@ double ConfirmTracker::sigma(std::size_t gs) const { return sigma_[gs]; }
 void ConfirmTracker::references(const double* ms) {
   const std::size_t S = stages_.size();
   budget_ms_ = 0.0;
+  // `communication` is the union of the per-op columns (the all-reduce and the pipeline
+  // waits of one rank together): beside them its shortest time is no late arrival, so it
+  // is judged only when no per-op column has data this report (the sampled rows decide).
+  skip_union_ = false;
+  for (std::size_t s = 0; s < S && union_stage_ >= 0 && !skip_union_; ++s) {
+    if (roles_[s] == Role::kCompute || static_cast<std::int32_t>(s) == union_stage_) continue;
+    for (std::int32_t r : sample_rows_) skip_union_ = skip_union_ || !std::isnan(ms[static_cast<std::size_t>(r) * S + s]);
+  }
   for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
     double compute_ms = 0.0, collective_ms = 0.0;
     const std::int32_t* rows = sample_rows_.data() + sample_start_[g];
@@ -209,7 +218,7 @@ void ConfirmTracker::references(const double* ms) {
       }
       hi_[gs] = kInf;
       lo_[gs] = -kInf;
-      if (!judged(gs) || roles_[s] == Role::kP2p) continue;
+      if (!judged(gs) || roles_[s] == Role::kP2p || !judged_stage(s)) continue;
       const double med = refs_[gs].median, band = cfg_.noise_sigmas * sigma(gs);
       // Minimum effect (RFC rule) and noise band, both as ratios to the reference.
       hi_[gs] = std::max(std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / med), 1.0 + band);
@@ -287,7 +296,7 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
     if (e.named) e.votes = w.votes;
   }
   const double t = ms[cell];
-  e.finite = !std::isnan(t) && judged(gs);
+  e.finite = !std::isnan(t) && judged(gs) && judged_stage(s);
   if (!e.finite) return;
   const double ref = refs_[gs].of(t);
   const double x = t / ref, sig = sigma(gs);
@@ -331,18 +340,28 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
 
 void ConfirmTracker::window_impact() {
   // A 5 % slower rank is 2 ms late in a 40 ms forward and 4 ms in an 80 ms backward: under
-  // 2 % of the step in each, over it in sum. Jitter of one 1 ms stage stays under it.
+  // 2 % of the step in each, over it in sum. Jitter of one 1 ms stage stays under it. The
+  // sum speaks for the rank's costliest stage only: a rank 30 ms late in forward must not
+  // carry a 0.2 ms wobble of its backward over the bar.
   typical_.clear();
+  costliest_.clear();
   for (const auto& [key, e] : entries_) {
     (void)key;
-    if (e.finite && e.median_agrees && e.dir == Dir::kSlow) typical_[e.rank] += e.typical_ms;
+    if (!(e.finite && e.median_agrees && e.dir == Dir::kSlow)) continue;
+    typical_[e.rank] += e.typical_ms;
+    auto [it, fresh] = costliest_.try_emplace(e.rank, e.typical_ms);
+    if (!fresh) it->second = std::max(it->second, e.typical_ms);
   }
   const double impact_ms = cfg_.min_impact * budget_ms_;
   for (auto& [key, e] : entries_) {
     (void)key;
     if (!e.median_agrees) continue;
-    const double typical = e.dir == Dir::kSlow ? typical_[e.rank] : e.typical_ms;
-    e.median_agrees = typical >= impact_ms;
+    if (e.dir == Dir::kSlow) {
+      const bool costliest = e.finite && e.typical_ms >= costliest_[e.rank];
+      e.median_agrees = e.typical_ms >= impact_ms || (costliest && typical_[e.rank] >= impact_ms);
+    } else {
+      e.median_agrees = e.typical_ms >= impact_ms;
+    }
     e.window_ok = e.named && e.median_agrees;
   }
 }
@@ -483,8 +502,11 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
       const double h = values_[static_cast<std::size_t>(hi)], l = values_[static_cast<std::size_t>(lo)];
       const double sig = std::max(sigma(static_cast<std::size_t>(hi) * S + s), sigma(static_cast<std::size_t>(lo) * S + s));
       const double ratio = h / l;
+      // The impact rule too: the slow group's excess is paid every step, and must matter.
       ev = ratio >= std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / l) &&
-           ratio - 1.0 >= cfg_.noise_sigmas * sig;
+           ratio - 1.0 >= cfg_.noise_sigmas * sig && h - l >= cfg_.min_impact * budget_ms_;
+      // A streak is one group slower report after report: groups taking turns is jitter.
+      if (ev && im.streak > 0 && hi != im.slow_group) im.streak = 0;
       if (ev) im.ratio = ratio, im.hi_ms = h, im.lo_ms = l, im.slow_group = hi;
     }
     const std::uint64_t keep = cfg_.history >= 64 ? ~0ULL : ((1ULL << cfg_.history) - 1);

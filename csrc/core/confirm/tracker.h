@@ -26,14 +26,18 @@
 //                  standard errors beyond 1 is confirmed too, and stays so while that
 //                  median agrees: this is how slowdowns under the RFC effect size are
 //                  confirmed (5 %), over a window, not one report;
+//   union          `communication` (the union of the per-op columns) is judged only in a
+//                  report where no per-op column has data: beside them, its shortest
+//                  time is no late arrival (the pipeline waits are in it);
 //   wait chain     a late arrival explained by the rank's own compute or by a wait on a
 //                  pipeline peer is never blamed (wait_chain.h); a longer collective than
 //                  the group's is no link while some rank is slow in compute (it may be
 //                  that rank's wait through a group the matrix does not show, e.g. the
 //                  embedding all-reduce of the first and last stage);
-//   imbalance      a compute stage whose slowest group's reference exceeds the fastest
-//                  group's by the minimum effect size for confirm_reports reports is
-//                  structural imbalance, not a straggler.
+//   imbalance      a compute stage whose slowest group (the same one each report) has a
+//                  reference beyond the fastest group's by the minimum effect size and by
+//                  the impact rule for confirm_reports reports is structural imbalance,
+//                  not a straggler.
 // Design after Relax's own detector (cohorts of comparable ranks, a peer reference, N
 // consecutive windows, "uncertain" for a cohort of one, "recovered", facts apart from
 // causes), with a learned noise band and the ensemble as a second, slower witness.
@@ -120,6 +124,8 @@ class ConfirmTracker {
   double sigma(std::size_t gs) const;
   std::int32_t needed_streak(std::size_t gs) const;
   bool judged(std::size_t gs) const;
+  // Whether stage s is judged this report (not the communication union beside its ops).
+  bool judged_stage(std::size_t s) const { return !(skip_union_ && static_cast<std::int32_t>(s) == union_stage_); }
 
   ConfirmConfig cfg_;
   std::int64_t reports_ = 0;
@@ -129,6 +135,8 @@ class ConfirmTracker {
   std::vector<Role> roles_;
   std::vector<char> scaled_;  // per stage: scales with workload
   std::int32_t data_stage_ = -1;
+  std::int32_t union_stage_ = -1;  // `communication`, the union of the per-op columns
+  bool skip_union_ = false;        // this report: a per-op column has data, the union is not judged
   std::vector<std::int32_t> group_;        // per rank
   std::vector<std::int32_t> group_start_;  // groups_n_ + 1 offsets into group_rows_
   std::vector<std::int32_t> group_rows_;   // rows ordered by group
@@ -156,6 +164,7 @@ class ConfirmTracker {
   std::vector<SlowRank> slow_;
   std::vector<char> late_groups_;  // per (group, stage): a late arrival this report
   std::unordered_map<std::int32_t, double> typical_;  // rank -> typical excess over its stages, ms
+  std::unordered_map<std::int32_t, double> costliest_;  // rank -> its largest typical excess of one stage, ms
 };
 
 }  // namespace relax_straggler::core::confirm

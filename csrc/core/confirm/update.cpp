@@ -88,14 +88,14 @@ ConfirmResult ConfirmTracker::update(const StepMatrix& matrix, const std::vector
     for (std::size_t s = 0; s < S; ++s) {
       const bool named = w.stages.empty() ? roles_[s] == Role::kCompute
                                           : std::find(w.stages.begin(), w.stages.end(), stages_[s]) != w.stages.end();
-      if (!named || roles_[s] == Role::kP2p) continue;
+      if (!named || roles_[s] == Role::kP2p || !judged_stage(s)) continue;
       entry(w.rank, static_cast<std::int32_t>(s), roles_[s] == Role::kCollective ? Dir::kLate : Dir::kSlow);
     }
   }
   for (std::int32_t rank : window_.link_suspects) {
     if (rank < 0 || rank >= ranks_) continue;
     for (std::size_t s = 0; s < S; ++s) {
-      if (roles_[s] == Role::kCollective) entry(rank, static_cast<std::int32_t>(s), Dir::kLink);
+      if (roles_[s] == Role::kCollective && judged_stage(s)) entry(rank, static_cast<std::int32_t>(s), Dir::kLink);
     }
   }
   for (auto& [key, e] : entries_) {
