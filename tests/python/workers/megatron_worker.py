@@ -5,7 +5,11 @@ need: the schedules' token counter `total_num_tokens` (device="cuda", in
 forward_backward_no_pipelining and both pipelined schedules) and the p2p receive
 buffers (device=torch.cuda.current_device(), p2p_communication.py). `megatron_on_cpu()`
 redirects those allocations to the CPU; with `batch_p2p_comm=False` the p2p path issues
-plain isend/irecv (no torch.cuda.synchronize). Everything else that runs is
+plain isend/irecv (no torch.cuda.synchronize). A GPTModel (local layer spec) needs two
+more: GlobalMemoryBuffer.get_tensor allocates the attention scores on
+torch.cuda.current_device() (redirected like p2p), and attention dropout forks the CUDA
+RNG tracker (the inference tracker is installed, which forks nothing; run with dropout 0).
+Everything else that runs is
 Megatron-Core's own code: get_forward_backward_func(), the microbatch loop and 1F1B
 schedule, no_sync, forward_step / backward_step and p2p with their timers, the
 finalize-grads hook.
@@ -37,8 +41,10 @@ MICROBATCHES = 3
 
 
 def megatron_on_cpu() -> None:
-    """Points the `torch` of Megatron-Core's schedules and p2p modules at views of torch:
-    zeros() ignores device= (schedules), torch.cuda.current_device() is "cpu" (p2p)."""
+    """Points the `torch` of Megatron-Core's schedules, p2p and utils modules at views of
+    torch: zeros() ignores device= (schedules), torch.cuda.current_device() is "cpu" (p2p,
+    GlobalMemoryBuffer); installs the inference RNG tracker (no CUDA generator states)."""
+    from megatron.core import tensor_parallel, utils
     from megatron.core.pipeline_parallel import p2p_communication, schedules
 
     if schedules.torch is torch:
@@ -51,6 +57,24 @@ def megatron_on_cpu() -> None:
         view.__dict__.update(torch.__dict__)
         view.cuda = types.SimpleNamespace(current_device=lambda: "cpu")
         p2p_communication.torch = view
+    if utils.torch is torch:  # GlobalMemoryBuffer.get_tensor (the local attention's score buffer)
+        view = types.ModuleType("torch_on_cpu")
+        view.__dict__.update(torch.__dict__)
+        view.cuda = _CudaOnCpu()
+        utils.torch = view
+    # The training RNG tracker keeps CUDA generator states (its fork() around attention
+    # dropout reads them); the inference one forks nothing, the same with dropout 0.
+    tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+
+
+class _CudaOnCpu:
+    """torch.cuda with current_device() "cpu"; every other name is torch.cuda's own."""
+
+    def current_device(self) -> str:
+        return "cpu"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
 
 
 class TinyModel(nn.Module):

@@ -1,0 +1,114 @@
+"""A real Megatron-Core GPTModel, PP 2 x DP 2 on 4 Gloo CPU ranks, driven by Megatron's 1F1B
+schedule and watched by the product's default Megatron analyzer. One run in phases
+(tests/python/workers/megatron_gpt.py): healthy, rank 1 (stage 0) slowed, recovery, rank 2
+(stage 1) slowed, recovery, every rank of stage 1 slowed; each test reads the confirmed
+verdicts of its phase. The slowdown is in forward, so the claims are about forward: the
+1 ms optimizer and 5 ms backward stages only carry the machine's jitter."""
+
+import json
+import math
+
+import pytest
+
+from conftest import REPO, torchrun
+
+pytest.importorskip("megatron.core")
+
+WORKER = REPO / "tests" / "python" / "workers" / "megatron_gpt.py"
+
+
+class Run:
+    """The run's phases, each rank's pipeline stage, losses and per-report verdicts."""
+
+    def __init__(self, result: dict) -> None:
+        self.phases = result["phases"]
+        self.stage_of = result["stage_of"]
+        self.losses = result["losses"]
+        self.reports = result["reports"]
+
+    def phase(self, name: str) -> dict:
+        return next(p for p in self.phases if p["name"] == name)
+
+    def after(self, phase: dict) -> dict:
+        return self.phases[self.phases.index(phase) + 1]
+
+    def reports_in(self, phase: dict) -> list[dict]:
+        return [r for r in self.reports if phase["first"] <= r["step"] <= phase["last"]]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Run:
+    out = tmp_path_factory.mktemp("megatron_gpt") / "result.json"
+    torchrun(4, WORKER, [str(out)], timeout_s=240)
+    return Run(json.loads(out.read_text()))
+
+
+def findings(report: dict, state: str, stage: str = "") -> list[tuple[int, int, str]]:
+    """(rank, group, stage) of the report's findings in `state` (and `stage` if given)."""
+    return [(f["rank"], f["group"], f["stage"]) for f in report["findings"]
+            if f["state"] == state and stage in ("", f["stage"])]
+
+
+def named(report: dict) -> tuple[int, str]:
+    """The rank the verdict names (-1: nobody) and the stage of its headline finding."""
+    return report["verdict"]["straggler/verdict/rank"], report["verdict"]["straggler/verdict/stage"]
+
+
+def describe(reports: list[dict]) -> list[tuple]:
+    """Step, status and findings per report, for assertion messages."""
+    return [(r["step"], r["status"], [(f["rank"], f["stage"], f["state"]) for f in r["findings"]]) for r in reports]
+
+
+def test_the_layout_is_pp2_dp2_and_training_converges(run):
+    assert run.stage_of == [0, 0, 1, 1]
+    assert sorted(run.losses) == ["2", "3"]  # the last stage computes the loss
+    steps = run.phases[-1]["last"] + 1
+    for losses in run.losses.values():
+        assert len(losses) == steps and all(math.isfinite(x) for x in losses)
+        assert losses[-1] < 0.5 * losses[0], losses  # fixed microbatches: memorized
+    assert [r["step"] for r in run.reports] == list(range(2, steps, 2))  # every 2nd step after 2
+
+
+def test_healthy_nobody_confirmed(run):
+    healthy = run.reports_in(run.phase("healthy"))
+    assert len(healthy) == 7
+    for r in healthy:
+        assert named(r)[0] == -1 and findings(r, "straggler") == [], describe(healthy)
+        assert findings(r, "imbalance", "forward") == [], describe(healthy)
+
+
+@pytest.mark.parametrize("name, rank", [("slow rank 1", 1), ("slow rank 2", 2)])
+def test_one_slowed_rank_is_confirmed_in_its_stage_and_nobody_waiting_is_blamed(run, name, rank):
+    slow = run.phase(name)
+    recovery = run.after(slow)
+    assert slow["slowed"] == [rank] and recovery["name"] == "recovery"
+    reports = run.reports_in(slow)
+    # Confirming takes 3 reports in a row, more where healthy ranks jitter (at most 8).
+    first = next((i for i, r in enumerate(reports) if named(r) == (rank, "forward")), None)
+    assert first is not None and first <= 7, describe(reports)
+    assert all(named(r) == (rank, "forward") for r in reports[first:]), describe(reports)
+    for r in reports[first:]:
+        confirmed = [(f["rank"], f["group"], f["stage"], f["cause"]) for f in r["findings"] if f["state"] == "straggler"]
+        assert confirmed == [(rank, run.stage_of[rank], "forward", "compute")], describe(reports)
+    # Its pipeline peer waits in p2p, its data-parallel peer in the gradient all-reduce and
+    # the other stage's second rank in that stage's all-reduce: none of them is confirmed,
+    # in any stage, while it is slow or while it recovers, and one slow rank is no imbalance.
+    watched = reports + run.reports_in(recovery)
+    for r in watched:
+        assert {f[0] for f in findings(r, "straggler")} <= {rank}, describe(watched)
+        assert findings(r, "imbalance", "forward") == [], describe(watched)
+    last = watched[-1]  # recovered: 3 calm reports (the median of 8 for a window finding)
+    assert named(last)[0] == -1 and findings(last, "straggler") == [], describe(watched)
+
+
+def test_a_whole_slowed_stage_is_imbalance_not_a_straggler(run):
+    phase = run.phase("slow stage 1")
+    assert phase["slowed"] == [2, 3] and run.stage_of[2] == run.stage_of[3] == 1
+    reports = run.reports_in(phase)
+    first = next((i for i, r in enumerate(reports) if findings(r, "imbalance", "forward")), None)
+    assert first is not None and first <= 4, describe(reports)  # 3 reports in a row confirm it
+    for r in reports[first:]:
+        assert r["status"] == "imbalance" and named(r) == (-1, "forward"), describe(reports)
+        assert findings(r, "imbalance", "forward") == [(-1, 1, "forward")], describe(reports)
+    for r in reports:
+        assert findings(r, "straggler") == [], describe(reports)
