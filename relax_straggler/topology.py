@@ -17,6 +17,12 @@ import numpy as np
 MAX_WORLD_SIZE = 1 << 20
 
 
+def check_world_size(ranks: int) -> None:
+    """Raises ValueError when a layout of `ranks` ranks is beyond MAX_WORLD_SIZE."""
+    if ranks > MAX_WORLD_SIZE:
+        raise ValueError(f"a layout of {ranks:,} ranks is beyond the {MAX_WORLD_SIZE:,} ranks a job may have")
+
+
 @dataclass(frozen=True)
 class Topology:
     """Parallel layout: world_size = dp x pp x tp, ranks ordered tp fastest, then dp, then pp
@@ -35,6 +41,7 @@ class Topology:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.ranks_per_node is not None and self.ranks_per_node < 1:
             raise ValueError(f"ranks_per_node must be >= 1, got {self.ranks_per_node}")
+        check_world_size(self.dp * self.pp * self.slots)
 
     @property
     def slots(self) -> int:
@@ -90,10 +97,12 @@ class Layout(Topology):
     rank_table: Optional[np.ndarray] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
         for name in ("cp", "vpp"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        super().__post_init__()
+        if self.rank_table is not None:
+            check_world_size(int(self.rank_table.shape[0]))
 
     @property
     def slots(self) -> int:
@@ -134,5 +143,6 @@ class Layout(Topology):
 
 
 def make_layout(dp: int, pp: int, tp: int = 1, cp: int = 1, vpp: int = 1) -> Topology:
-    """A plain Topology when cp = vpp = 1, else a Layout. Raises ValueError for a size < 1."""
+    """A plain Topology when cp = vpp = 1, else a Layout. Raises ValueError for a size < 1
+    or a world beyond MAX_WORLD_SIZE."""
     return Topology(dp, pp, tp) if cp == 1 and vpp == 1 else Layout(dp, pp, tp, cp=cp, vpp=vpp)

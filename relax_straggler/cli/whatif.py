@@ -53,20 +53,23 @@ class _StderrConsole:
 
 
 def run(args: argparse.Namespace) -> int:
-    from relax_straggler.whatif import analyze_records, read_op_input
+    from relax_straggler.whatif import WhatIfInputError, analyze_records, read_op_input
 
     err = _StderrConsole()
 
     def read():
         op_input = read_op_input(args.path, args.input_format, strict=args.strict, topology=topology_from_args(args),
                                  meta=args.meta)
-        return op_input, analyze_records(op_input.records, by_worker=not args.no_by_worker, threads=args.threads)
+        try:
+            return op_input, analyze_records(op_input.records, by_worker=not args.no_by_worker, threads=args.threads)
+        except WhatIfInputError as exc:  # the engine names the op, not the file
+            raise WhatIfInputError(f"{args.path}: {exc}") from None
 
     code, done = read_reporting_errors(err, args.path, read)
     if code is not None:
         return code
     op_input, report = done
-    problems = None if op_input.source is None else op_input.source.problems
+    problems = op_input.problems
     try:
         if args.heatmap or args.ideal_timeline:
             from relax_straggler.whatif.render import write_heatmap, write_ideal_timeline
@@ -80,11 +83,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.format == "json":
         out = report.to_json()
-        out["input"] = {"path": args.path, "format": "op-jsonl" if op_input.source is None else op_input.source.format,
-                        "ops": len(op_input.records),
-                        "problems": {"total": 0 if problems is None else problems.total,
-                                     "by_kind": {} if problems is None else dict(problems.counts),
-                                     "first": [] if problems is None else [str(x) for x in problems.kept[:20]]}}
+        out["input"] = {"path": args.path, "format": op_input.format, "ops": len(op_input.records),
+                        "problems": {"total": problems.total, "by_kind": dict(problems.counts),
+                                     "first": [str(x) for x in problems.kept[:20]]}}
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:

@@ -15,8 +15,8 @@
                                   metrics, iteration_count, last_iteration, evidence
 
 Errors are JSON {"detail": message} (a string, for 422 as well): 400 a Host header that is
-not allowed (guard.py), a body nested too deep to parse, a layout the engine rejects or one
-of more than MAX_RANKS ranks;
+not allowed (guard.py), a body nested too deep to parse, a layout Topology rejects (one of
+more than topology.MAX_WORLD_SIZE ranks among them);
 401 a register / unregister without the token, when one is set; 403 GET /detect or
 /undetect while they are off; 404 unknown job; 409 a registration beyond the monitor's
 max_jobs; 413 a body over the guard's limit; 422 a job id outside JOB_ID_PATTERN or a
@@ -39,7 +39,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from relax_straggler.monitor.guard import ApiGuard, GuardMiddleware
 from relax_straggler.monitor.service import JobLimitError, Monitor
 from relax_straggler.stores.base import JOB_ID_PATTERN
-from relax_straggler.monitor.range_analysis import MAX_RANKS
 from relax_straggler.topology import Topology
 
 # Job ids as store_base.JOB_ID_PATTERN; "jobs" and "metrics" are routes of their own and
@@ -52,7 +51,7 @@ Size = Annotated[int, Field(strict=True, ge=1)]
 
 class TopologyBody(BaseModel):
     """The job's parallel layout: no body (or {}) = flat data parallel; otherwise dp is required
-    and dp x pp x tp at most MAX_RANKS."""
+    and dp x pp x tp at most topology.MAX_WORLD_SIZE."""
 
     model_config = ConfigDict(extra="forbid")
     dp: Size = Field(1, description="data-parallel size (required in a non-empty body)")
@@ -138,11 +137,8 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
                                          "flat data-parallel job)")
             try:
                 topology = Topology(dp=body.dp, pp=body.pp, tp=body.tp, ranks_per_node=body.ranks_per_node)
-            except ValueError as exc:
+            except ValueError as exc:  # a layout beyond MAX_WORLD_SIZE among them
                 raise HTTPException(400, f"topology: {exc}") from None
-            if topology.world_size > MAX_RANKS:
-                raise HTTPException(400, f"topology: dp x pp x tp = {topology.world_size:,} ranks, more than the "
-                                         f"{MAX_RANKS:,} the monitor analyses")
         try:
             return monitor.register(job_id, topology)
         except JobLimitError as exc:

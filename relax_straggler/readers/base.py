@@ -20,6 +20,7 @@ counted, and every count is part of the analysis output.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Optional, Protocol, Union
@@ -37,6 +38,18 @@ P2P_OPS: tuple[str, ...] = ("forward-send", "forward-recv", "backward-send", "ba
 
 # How many problems are kept with their message; all are counted.
 MAX_KEPT_PROBLEMS = 200
+
+# Step numbers are int64 in the engine; ids of microbatches, sequences and model chunks are
+# int32 in the what-if records (-1: none).
+MAX_STEP = (1 << 63) - 1
+MAX_SMALL_ID = (1 << 31) - 1
+
+# The analysis is dense: every step costs O(world) whatever the input recorded. A few
+# corrupt step or rank ids could so turn a small file into hours of work; an input may
+# expand to at most this many (step, rank) cells, plus DENSE_CELLS_PER_RECORD per record it
+# holds (a recorded run has at least one record per cell).
+DENSE_CELLS_FLOOR = 1 << 18
+DENSE_CELLS_PER_RECORD = 64
 
 
 class InputError(Exception):
@@ -133,6 +146,39 @@ class Source(Protocol):
     def steps(self) -> Iterator[Step]:
         """Steps in input order. Raises InputError when nothing usable can be read."""
         ...
+
+
+def check_dense(path: str, steps: int, ranks: int, records: int, what: str) -> None:
+    """Raises InputError naming `path` and `what` (where the steps and ranks came from)
+    when steps x ranks cells exceed the budget of `records` records (DENSE_CELLS_*)."""
+    if steps * ranks > DENSE_CELLS_FLOOR + DENSE_CELLS_PER_RECORD * records:
+        raise InputError(f"{path}: {steps:,} steps x {ranks:,} ranks ({what}) from only {records:,} records: far "
+                         "sparser than a recorded run (corrupt step or rank ids?); refusing to expand it")
+
+
+def parse_json_int(text: str) -> Union[int, float]:
+    """json's parse_int: int(text) up to 20 characters, else inf. A longer integer is beyond
+    every field's range (int64 has 19 digits), so it is reported as the field's bad value;
+    int() itself would raise ValueError past 4,300 digits."""
+    return int(text) if len(text) <= 20 else math.inf
+
+
+def finite_number(x: object) -> Optional[float]:
+    """A JSON value as a finite float, or None: not a number, a bool, NaN, inf, or an int
+    beyond float range (float() of it would raise OverflowError)."""
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return None
+    try:
+        x = float(x)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def short_repr(x: object) -> str:
+    """repr(x) cut to 40 characters, for a bad value in a problem message."""
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def empty_stage_row(rows: int) -> np.ndarray:

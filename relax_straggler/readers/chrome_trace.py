@@ -20,7 +20,6 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
-import math
 import os
 import re
 import zlib
@@ -28,9 +27,10 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import InputError, Problems, StepTimes
+from relax_straggler.readers.base import (MAX_SMALL_ID, MAX_STEP, InputError, Problems, StepTimes, check_dense,
+                                          finite_number, parse_json_int)
 from relax_straggler.readers.op_records import OpCollector, OpRecords
-from relax_straggler.topology import Topology, make_layout
+from relax_straggler.topology import MAX_WORLD_SIZE, Topology, make_layout
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 
@@ -54,7 +54,7 @@ class _EventStream:
         with open(path, "rb") as f:
             magic = f.read(2)
         self._gzip = magic == b"\x1f\x8b"
-        self._decoder = json.JSONDecoder()
+        self._decoder = json.JSONDecoder(parse_int=parse_json_int)
         self._line = 1
 
     def _chunks(self) -> Iterator[str]:
@@ -158,6 +158,8 @@ class _EventStream:
                 if len(self._buf) - self._pos < MAX_EVENT_CHARS and self._more():
                     continue
                 raise InputError(f"{self.path}:{self._at(exc.pos)}: invalid or truncated JSON: {exc.msg}") from None
+            except RecursionError:
+                raise InputError(f"{self.path}:{self._at()}: JSON nested deeper than the decoder allows") from None
             if end == len(self._buf) and self._more():
                 continue  # a number at the window's edge may continue in the next chunk
             self._pos = end
@@ -194,18 +196,14 @@ class ChromeTraceReader:
     def steps(self) -> Iterator[StepTimes]:
         lanes: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, tid) -> (pp, tp, cp)
         self._op_lanes: set[int] = set()  # lanes with only excluded ops still place what-if ops
-        acc, dups = StepAccumulator(), DuplicateFilter()
+        acc, dups = StepAccumulator(self.path), DuplicateFilter()
         batch: list[tuple] = []
         for line, index, ev in self._stream.events():
             self.records += 1
             ph = ev.get("ph")
             if ph == "M":
                 if ev.get("name") == "thread_name":
-                    lane = str((ev.get("args") or {}).get("name", ""))
-                    m, cp = _LANE.search(lane), _CP_LANE.search(lane)
-                    if m and isinstance(ev.get("pid"), int) and isinstance(ev.get("tid"), int):
-                        lanes[(ev["pid"], ev["tid"])] = (int(m.group(1)), int(m.group(2)),
-                                                         int(cp.group(1)) if cp else 0)
+                    self._name_lane(line, index, ev, lanes)
                 continue
             if ph != "X":
                 continue
@@ -219,9 +217,26 @@ class ChromeTraceReader:
         if not acc.keys():
             raise InputError(f"{self.path}: no usable complete ('X') events")
         summed = set(acc.keys())
-        ranks = self._lane_ranks(sorted(summed | self._op_lanes), lanes)
+        ranks = self._lane_ranks(sorted(summed | self._op_lanes), lanes, acc.num_steps)
         self._placement = {k: (k // _LANE_BASE, lanes[divmod(k, _LANE_BASE)][0], r) for k, r in ranks.items()}
-        yield from acc.steps(self.path, {k: r for k, r in ranks.items() if k in summed})
+        yield from acc.steps({k: r for k, r in ranks.items() if k in summed})
+
+    def _name_lane(self, line: int, index: int, ev: dict, lanes: dict[tuple[int, int], tuple[int, int, int]]) -> None:
+        """Records a thread_name event's (PP, TP, DSP) ranks of its lane; reports a malformed one."""
+        args = ev.get("args")
+        if args is not None and not isinstance(args, dict):
+            self.problems.report(line, f"event #{index} (thread_name): args must be an object", "malformed")
+            return
+        lane = str((args or {}).get("name", ""))
+        m, cp = _LANE.search(lane), _CP_LANE.search(lane)
+        if not (m and isinstance(ev.get("pid"), int) and isinstance(ev.get("tid"), int)):
+            return
+        ids = (m.group(1), m.group(2), cp.group(1) if cp else "0")
+        if any(len(x) > 7 or int(x) >= MAX_WORLD_SIZE for x in ids):
+            self.problems.report(line, f"event #{index} (thread_name {lane[:80]!r}): PP, TP and DSP ranks must be "
+                                 f"below {MAX_WORLD_SIZE:,}; lane name skipped", "layout")
+            return
+        lanes[(ev["pid"], ev["tid"])] = (int(ids[0]), int(ids[1]), int(ids[2]))
 
     def _row(self, line: int, index: int, ev: dict) -> Optional[tuple]:
         where = f"event #{index}"
@@ -233,21 +248,27 @@ class ChromeTraceReader:
                 or not 0 <= pid < _LANE_BASE or not 0 <= tid < _LANE_BASE:
             self.problems.report(line, f"{where}: needs a string name and integer pid, tid in [0, 2^20)", "malformed")
             return None
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            self.problems.report(line, f"{where} ({name}): args.step must be an integer >= 0", "malformed")
+        if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+            self.problems.report(line, f"{where} ({name}): args.step must be an integer in [0, 2^63)", "malformed")
             return None
-        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (ts, dur)) \
-                or not (math.isfinite(ts) and math.isfinite(dur) and dur >= 0 and ts >= 0):
+        ts, dur = finite_number(ts), finite_number(dur)
+        if ts is None or dur is None or dur < 0 or ts < 0:
             self.problems.report(line, f"{where} ({name}): ts and dur must be finite numbers >= 0 us", "bad_value")
+            return None
+        ids = [_int_arg(args, k) for k in ("model_chunk", "mb_id", "seq_id")]
+        if None in ids:
+            key = ("model_chunk", "mb_id", "seq_id")[ids.index(None)]
+            self.problems.report(line, f"{where} ({name}): args.{key} must be an integer in [-1, 2^31) or null",
+                                 "bad_value")
             return None
         target = self.names.resolve(name, line)
         if target is None and not self.names.known(name):
             return None
         stage = -1 if target is None else target.stage
         p2p = -1 if target is None or target.p2p is None else target.p2p
-        chunk, mb, seq = (_int_arg(args, k) for k in ("model_chunk", "mb_id", "seq_id"))
+        chunk, mb, seq = ids
         name_id = int(self._ops.name_ids([name])[0]) if self._ops is not None else -1
-        return pid * _LANE_BASE + tid, step, stage, p2p, float(ts), float(dur), chunk, mb, seq, name_id
+        return pid * _LANE_BASE + tid, step, stage, p2p, ts, dur, chunk, mb, seq, name_id
 
     def _add(self, batch: list[tuple], acc: StepAccumulator, dups: DuplicateFilter) -> None:
         """Accumulates a batch of events per lane (ranks are known once every lane is named)."""
@@ -268,8 +289,11 @@ class ChromeTraceReader:
             self._ops.add(lane[keep], step[keep], name_id[keep], ts[keep] * 1e-6, dur[keep] * 1e-6, seq[keep],
                           mb[keep], chunk[keep])
 
-    def _lane_ranks(self, keys: list[int], lanes: dict[tuple[int, int], tuple[int, int, int]]) -> dict[int, int]:
-        """Lane key -> global rank; lanes without a name or outside the topology are reported."""
+    def _lane_ranks(self, keys: list[int], lanes: dict[tuple[int, int], tuple[int, int, int]],
+                    steps: int) -> dict[int, int]:
+        """Lane key -> global rank; lanes without a name or outside the topology are reported.
+        Raises InputError when the layout would cost far more than the input's `steps`
+        and records allow (readers/base.py check_dense)."""
         named = {k: lanes[divmod(k, _LANE_BASE)] for k in keys if divmod(k, _LANE_BASE) in lanes}
         for k in keys:
             if k not in named:
@@ -279,10 +303,18 @@ class ChromeTraceReader:
             raise InputError(f"{self.path}: no event lane is named 'PP rank P, TP rank T, ...' by a thread_name "
                              "metadata event, so no event can be placed on a rank")
         if self._topology is None:
-            self._topology = make_layout(max(k // _LANE_BASE for k in named) + 1,
-                                         max(p for p, _, _ in named.values()) + 1,
-                                         max(t for _, t, _ in named.values()) + 1,
-                                         cp=max(c for _, _, c in named.values()) + 1)
+            sizes = (max(k // _LANE_BASE for k in named) + 1, max(p for p, _, _ in named.values()) + 1,
+                     max(t for _, t, _ in named.values()) + 1, max(c for _, _, c in named.values()) + 1)
+            world = sizes[0] * sizes[1] * sizes[2] * sizes[3]
+            what = (f"the layout of the named lanes: pid up to {sizes[0] - 1}, PP rank up to {sizes[1] - 1}, TP rank "
+                    f"up to {sizes[2] - 1}, DSP rank up to {sizes[3] - 1}")
+            check_dense(self.path, steps, world, self.records, what)
+            if world > MAX_WORLD_SIZE:
+                raise InputError(f"{self.path}: {what}: {world:,} ranks are beyond the {MAX_WORLD_SIZE:,} ranks a job "
+                                 "may have")
+            self._topology = make_layout(*sizes[:3], cp=sizes[3])
+        else:
+            check_dense(self.path, steps, self._topology.world_size, self.records, "the declared layout")
         topo, out = self._topology, {}
         for k, (pp, tp, cp) in named.items():
             dp = k // _LANE_BASE
@@ -298,7 +330,10 @@ class ChromeTraceReader:
         return out
 
 
-def _int_arg(args: dict, key: str) -> int:
-    """An integer event argument, -1 when absent or null."""
+def _int_arg(args: dict, key: str) -> Optional[int]:
+    """An integer event argument in [-1, 2^31), -1 when absent or null; None for any other value."""
     v = args.get(key)
-    return v if isinstance(v, int) and not isinstance(v, bool) else -1
+    if v is None:
+        return -1
+    return v if isinstance(v, int) and not isinstance(v, bool) and -1 <= v <= MAX_SMALL_ID else None
+

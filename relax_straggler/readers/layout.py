@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import InputError
+from relax_straggler.readers.base import DENSE_CELLS_FLOOR, DENSE_CELLS_PER_RECORD, InputError, check_dense
 from relax_straggler.topology import MAX_WORLD_SIZE, Layout, Topology
 
 
@@ -24,33 +24,61 @@ def out_of_bounds(topology: Topology, dp: np.ndarray, pp: np.ndarray, rank: np.n
 
 
 def resolve_layout(path: str, workers: dict[int, tuple[int, int]], first_row: dict[int, int],
-                   declared: Optional[Topology]) -> Topology:
-    """The Topology of recorded ranks. workers: rank -> (dp_rank, stage) as recorded;
-    first_row: rank -> the 1-based row it first appears on (for errors); declared: the
-    layout given by the user or a meta file, or None (then dp and pp are the largest ids
-    plus one, and tp is the smallest under which the rank formula fits, if any).
+                   declared: Optional[Topology], steps: int, records: int) -> Topology:
+    """The Topology of recorded ranks. workers: rank -> (dp_rank, stage) as recorded, each id
+    below MAX_WORLD_SIZE; first_row: rank -> the 1-based row it first appears on (for
+    errors); declared: the layout given by the user or a meta file, or None (then dp and pp
+    are the largest ids plus one, and tp is the smallest under which the rank formula fits,
+    if any); steps, records: the input's distinct steps and rows, which bound the dense
+    work the layout may cost (readers/base.py check_dense).
 
     Raises InputError naming the file and row when a worker records more ranks than its
-    tp x cp slots."""
+    tp x cp slots, or when the largest ids would make the analysis far bigger than the input."""
     if not workers:
         raise InputError(f"{path}: no usable operation rows")
     ranks = np.fromiter(workers, dtype=np.int64, count=len(workers))
-    if int(ranks.max()) >= MAX_WORLD_SIZE:
-        rank = int(ranks.max())
-        raise InputError(f"{path}:{first_row[rank]}: rank {rank} is beyond the {MAX_WORLD_SIZE:,} ranks a job may "
-                         "have (a corrupt value?)")
     coords = np.array(list(workers.values()), dtype=np.int64).reshape(-1, 2)
     dps, pps = coords[:, 0], coords[:, 1]
     if declared is not None:
         candidates = [declared]
     else:
+        _check_inferred(path, ranks, dps, pps, first_row, steps, records)
         dp, pp = int(dps.max()) + 1, int(pps.max()) + 1
-        candidates = [Topology(dp=dp, pp=pp, tp=tp) for tp in range(1, -(-(int(ranks.max()) + 1) // (dp * pp)) + 1)]
+        tp = -(-(int(ranks.max()) + 1) // (dp * pp))  # the smallest tp whose world holds every rank
+        candidates = [Topology(dp=dp, pp=pp, tp=tp)] if dp * pp * tp <= MAX_WORLD_SIZE else []
     for topo in candidates:
         got_dp, got_pp, _ = topo.coords(ranks)
         if ranks.max() < topo.world_size and (got_dp == dps).all() and (got_pp == pps).all():
-            return topo
-    return _table_layout(path, ranks, dps, pps, first_row, declared)
+            return _checked(path, topo, steps, records, declared)
+    return _checked(path, _table_layout(path, ranks, dps, pps, first_row, declared), steps, records, declared)
+
+
+def _cells(topo: Topology) -> int:
+    """Rank rows a step costs the analysis: the world, or the workers' slots when more."""
+    return max(topo.world_size, topo.dp * topo.pp * topo.slots)
+
+
+def _checked(path: str, topo: Topology, steps: int, records: int, declared: Optional[Topology]) -> Topology:
+    check_dense(path, steps, _cells(topo), records,
+                "the declared layout" if declared is not None else "the layout of the recorded ids")
+    return topo
+
+
+def _check_inferred(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, first_row: dict[int, int],
+                    steps: int, records: int) -> None:
+    """Refuses, naming its row, the largest id when the layout it implies (ranks up to it,
+    or dp x pp workers) would cost more dense work than the input allows."""
+    by_rank, by_workers = int(ranks.max()) + 1, (int(dps.max()) + 1) * (int(pps.max()) + 1)
+    if steps * max(by_rank, by_workers) <= DENSE_CELLS_FLOOR + DENSE_CELLS_PER_RECORD * records:
+        return
+    if by_rank >= by_workers:
+        field, ids = "rank", ranks
+    else:
+        field, ids = ("dp_rank", dps) if dps.max() >= pps.max() else ("stage", pps)
+    value = int(ids.max())
+    row = min(first_row[int(r)] for r in ranks[ids == value].tolist())
+    raise InputError(f"{path}:{row}: {field} {value} would make the layout {max(by_rank, by_workers):,} ranks wide "
+                     f"for {ranks.size:,} recorded ranks over {steps:,} steps ({records:,} rows): a corrupt id?")
 
 
 def _table_layout(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, first_row: dict[int, int],
@@ -68,6 +96,11 @@ def _table_layout(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray
                          f"dp {int(dps[i])} / stage {int(pps[i])}: the layout gives a worker {declared.slots} "
                          "(tp x dsp) ranks")
     world = declared.world_size if declared is not None else int(ranks.max()) + 1
+    if declared is None and (int(dps.max()) + 1) * (int(pps.max()) + 1) * (int(slot.max()) + 1) > MAX_WORLD_SIZE:
+        i = int(np.argmax(slot))
+        raise InputError(f"{path}:{first_row[int(ranks[i])]}: rank {int(ranks[i])} is rank {int(slot[i]) + 1} of "
+                         f"worker dp {int(dps[i])} / stage {int(pps[i])}: {int(dps.max()) + 1} x {int(pps.max()) + 1} workers "
+                         f"of that many ranks are beyond the {MAX_WORLD_SIZE:,} ranks a job may have")
     table = np.full((max(world, int(ranks.max()) + 1), 3), -1, dtype=np.int64)
     table[ranks] = np.stack([dps, pps, slot], axis=1)
     if declared is not None:

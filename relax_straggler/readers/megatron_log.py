@@ -23,8 +23,9 @@ from typing import Iterator, Optional
 import numpy as np
 
 from relax_straggler._ext import core
-from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, empty_stage_row
-from relax_straggler.topology import Topology, make_layout
+from relax_straggler.readers.base import (P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, check_dense,
+                                          empty_stage_row)
+from relax_straggler.topology import MAX_WORLD_SIZE, Topology, make_layout
 from relax_straggler.readers.op_trace import OpNames
 from relax_straggler.stages import STAGES
 
@@ -47,6 +48,8 @@ class MegatronLogReader:
         self.names = OpNames(problems)
         self.records = 0
         self._world: Optional[int] = None  # without a declared layout: ranks in the first block
+        self._blocks = 0  # per-rank blocks so far, each as wide as the world: dense work bounded by
+        self._values = 0  # the rank values read (readers/base.py check_dense)
 
     def topology(self) -> Optional[Topology]:
         return self._topology
@@ -93,10 +96,12 @@ class MegatronLogReader:
 
     def _from_arguments(self, args: dict) -> Optional[Topology]:
         def size(name: str) -> int:
-            try:
-                return int(args.get(name, "1"))
-            except ValueError:
-                raise InputError(f"{self.path}: argument {name} = {args[name]!r} is not an integer") from None
+            text = args.get(name, "1")
+            value = int(text) if text.isdigit() and len(text) <= 7 else 0
+            if not 1 <= value <= MAX_WORLD_SIZE:
+                raise InputError(f"{self.path}: argument {name} = {text[:40]!r} is not an integer in "
+                                 f"[1, {MAX_WORLD_SIZE:,}]")
+            return value
 
         tp, pp = size("tensor_model_parallel_size"), size("pipeline_model_parallel_size")
         cp = size("context_parallel_size") if args.get("context_parallel_size", "None") != "None" else 1
@@ -107,7 +112,7 @@ class MegatronLogReader:
         world = size("world_size")
         if world % (tp * pp * cp):
             raise InputError(f"{self.path}: world_size {world} is not a multiple of tp {tp} x pp {pp} x cp {cp}")
-        return make_layout(world // (tp * pp * cp), pp, tp, cp=cp, vpp=vpp)
+        return make_layout(world // (tp * pp * cp), pp, tp, cp=cp, vpp=vpp)  # world <= MAX_WORLD_SIZE
 
     def _convert(self, block, ordinal: int) -> Optional[Step]:
         step = block.iteration
@@ -137,8 +142,18 @@ class MegatronLogReader:
         if not timers:
             return None  # only excluded or unknown timers (counted), or every rank line malformed (reported)
         if self._topology is None and self._world is None:
-            self._world = max(int(ranks.max()) for ranks, _, _ in timers) + 1  # fixed by the first block
+            # Fixed by the first block; a rank beyond any job's is skipped below, not allocated for.
+            self._world = max(int(ranks[ranks < MAX_WORLD_SIZE].max(initial=-1)) for ranks, _, _ in timers) + 1
+            if self._world == 0:
+                self._world = None
+                self.problems.report(block.line, f"every rank value is beyond the {MAX_WORLD_SIZE:,} ranks a job may "
+                                     "have; block skipped", "layout")
+                return None
         world = self._topology.world_size if self._topology is not None else self._world
+        self._blocks += 1
+        self._values += sum(int(r.size) for r, _, _ in timers)
+        check_dense(self.path, self._blocks, world, self._values, "per-rank timer blocks x the world of "
+                    + ("the logged arguments" if self._topology is not None else "the first block's largest rank"))
         outside = sum(int((ranks >= world).sum()) for ranks, _, _ in timers)
         if outside:
             self.problems.report(block.line, f"{outside} rank value(s) at or beyond the world size {world} "

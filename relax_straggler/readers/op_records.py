@@ -9,7 +9,7 @@ about 50 bytes per kept op.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -31,6 +31,7 @@ class OpRecords:
     chunk: np.ndarray  # int32
     optype_names: list[str]
     rank: np.ndarray  # int64, -1 when unknown
+    left_out_steps: list[int] = field(default_factory=list)  # steps the what-if replay left out (reported)
 
     def __len__(self) -> int:
         return len(self.dp_rank)

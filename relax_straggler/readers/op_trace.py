@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 import numpy as np
 import yaml
 
-from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes
+from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, check_dense
 from relax_straggler.topology import Topology, make_layout
 from relax_straggler.readers.megatron_names import TimerTarget, timer_target
 from relax_straggler.stages import STAGES
@@ -50,10 +50,11 @@ def load_meta(path: str) -> Topology:
         cp = int(meta.get("dsp_size", meta.get("cp_size", 1)))
         topology = make_layout(sizes["dp_size"], sizes["pp_size"], sizes["tp_size"], cp=cp,
                                vpp=int(meta.get("vpp_size", 1)))
+        world = int(meta.get("world_size", topology.dp * topology.pp * topology.slots))
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{path}: job metadata needs integer dp_size, pp_size, tp_size (and dsp_size, vpp_size "
-                         f">= 1 when given): {exc}") from None
-    if "world_size" in meta and int(meta["world_size"]) != topology.dp * topology.pp * topology.slots:
+                         f">= 1, world_size when given): {exc}") from None
+    if world != topology.dp * topology.pp * topology.slots:
         raise InputError(f"{path}: world_size {meta['world_size']} != dp x pp x tp x dsp = "
                          f"{topology.dp * topology.pp * topology.slots}")
     return topology
@@ -125,9 +126,13 @@ class DuplicateFilter:
 
 class StepAccumulator:
     """Sums op durations (ms) per (step, rank, stage column) and per p2p column, and tracks
-    each step's wall span from op start/end times (ms)."""
+    each step's wall span from op start/end times (ms). The sums are dense, so they may
+    grow only within the budget of the rows added (readers/base.py check_dense); path
+    names the input in that refusal."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._rows = 0
         self._steps: dict[int, int] = {}
         self._ranks: dict[int, int] = {}
         self._ms = np.zeros((0, 0, len(STAGES)))
@@ -149,6 +154,7 @@ class StepAccumulator:
         s, r = len(self._steps), len(self._ranks)
         if s <= self._ms.shape[0] and r <= self._ms.shape[1]:
             return
+        check_dense(self._path, s, r, self._rows, "distinct step and rank ids")
         S, R = max(s, 2 * self._ms.shape[0]), max(r, self._ms.shape[1])
 
         def grown(a: np.ndarray, fill) -> np.ndarray:
@@ -168,6 +174,7 @@ class StepAccumulator:
         column or -1; start_ms (rows,) op start or None when the input has no start times."""
         if steps.size == 0:
             return
+        self._rows += steps.size
         si = self._index(self._steps, steps)
         ri = self._index(self._ranks, ranks)
         self._grow()
@@ -182,16 +189,20 @@ class StepAccumulator:
             np.minimum.at(self._start, si, start_ms)
             np.maximum.at(self._end, si, start_ms + duration_ms)
 
+    @property
+    def num_steps(self) -> int:
+        return len(self._steps)
+
     def keys(self) -> list[int]:
         """The rank keys added so far."""
         return sorted(self._ranks)
 
-    def steps(self, path: str, remap: Optional[dict[int, int]] = None) -> Iterator[StepTimes]:
+    def steps(self, remap: Optional[dict[int, int]] = None) -> Iterator[StepTimes]:
         """StepTimes in ascending step order, every step over the union of ranks.
         remap: rank key -> rank, merging keys that map to one rank (sums add up); keys
         absent from it are left out. Raises InputError when no valid row was added."""
         if not self._steps:
-            raise InputError(f"{path}: no usable operation rows")
+            raise InputError(f"{self._path}: no usable operation rows")
         remap = remap if remap is not None else {k: k for k in self._ranks}
         ranks = np.array(sorted(set(remap.values())), dtype=np.int64)
         row_of = {int(r): i for i, r in enumerate(ranks.tolist())}

@@ -10,8 +10,11 @@ Each row's dp_rank and stage place its rank; the layout follows from the records
 (readers/layout.py), so any rank order and context / sequence-data parallel ranks work.
 
 Row problems, each reported with its 1-based row number: NaN or negative durations,
-NaN or negative start times, ids outside the declared layout, a rank that changes its
-(dp_rank, stage), duplicate rows (same rank, step, optype, seq_id, mc), unknown op names.
+NaN or negative start times, null optypes, ids that are null, not integers or out of range
+(dp_rank, stage, rank below MAX_WORLD_SIZE; step in int64; seq_id, mc, mb_id -1 or in
+int32), ids outside the declared layout, a rank that changes its (dp_rank, stage),
+duplicate rows (same rank, step, optype, seq_id, mc), unknown op names. A column of any
+type but integer or floating point (numbers as strings too) refuses the file.
 """
 
 from __future__ import annotations
@@ -23,15 +26,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from relax_straggler.readers.base import InputError, Problems, StepTimes
+from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, InputError, Problems, StepTimes, check_dense
 from relax_straggler.readers.layout import out_of_bounds, resolve_layout
 from relax_straggler.readers.op_records import OpCollector, OpRecords
-from relax_straggler.topology import Topology
+from relax_straggler.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 
 REQUIRED = ("dp_rank", "stage", "step", "optype", "duration")
 OPTIONAL = ("rank", "start_ts", "seq_id", "mc", "mb_id")
+# Integer columns -> the values a row may hold (-1: none); a row outside is reported and skipped.
+_ID_RANGE = {"dp_rank": (0, MAX_WORLD_SIZE - 1), "stage": (0, MAX_WORLD_SIZE - 1), "rank": (0, MAX_WORLD_SIZE - 1),
+             "step": (0, MAX_STEP), "seq_id": (-1, MAX_SMALL_ID), "mc": (-1, MAX_SMALL_ID), "mb_id": (-1, MAX_SMALL_ID)}
 _WORKER_BASE = 1 << 20  # rank key of a worker when the trace has no rank column
 BATCH_ROWS = 1 << 16
 
@@ -47,7 +53,7 @@ class ParquetTraceReader:
         self.problems = problems
         try:
             self._file = pq.ParquetFile(path)
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:  # the last: damaged column names
             raise InputError(f"{path}: not a readable parquet file: {exc}") from None
         names = set(self._file.schema_arrow.names)
         missing = [c for c in REQUIRED if c not in names]
@@ -70,21 +76,49 @@ class ParquetTraceReader:
         """The valid ops once steps() has been exhausted; None unless opened with ops=True."""
         return None if self._ops is None else self._ops.records(self._placement)
 
-    def _numeric(self, batch: pa.RecordBatch, name: str, dtype) -> np.ndarray:
+    def _column(self, batch: pa.RecordBatch, name: str) -> pa.Array:
+        """A numeric column, dictionary-decoded. Raises InputError for any other type (a string
+        column of numbers is refused, not parsed)."""
         col = batch.column(name)
         if pa.types.is_dictionary(col.type):
             col = col.dictionary_decode()
-        try:
-            return col.to_numpy(zero_copy_only=False).astype(dtype)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
-            raise InputError(f"{self.path}: column {name!r} of type {col.type} is not numeric: {exc}") from None
+        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
+            raise InputError(f"{self.path}: column {name!r} of type {col.type} is not numeric")
+        return col
+
+    def _floats(self, batch: pa.RecordBatch, name: str) -> np.ndarray:
+        """(rows,) float64 values, NaN for nulls."""
+        return self._column(batch, name).to_numpy(zero_copy_only=False).astype(np.float64)
+
+    def _ids(self, batch: pa.RecordBatch, name: str, valid: np.ndarray, first_row: int) -> np.ndarray:
+        """(rows,) int64 ids of an integer column (_ID_RANGE); a row whose value is null, not
+        an integer or out of range is reported and cleared from `valid` (its id reads 0)."""
+        col = self._column(batch, name)
+        lo, hi = _ID_RANGE[name]
+        null = np.zeros(len(col), dtype=bool)
+        if col.null_count:
+            null = col.is_null().to_numpy(zero_copy_only=False)
+            col = col.fill_null(0)
+        raw = col.to_numpy(zero_copy_only=False)
+        with np.errstate(invalid="ignore"):
+            if raw.dtype.kind == "f":
+                bad = null | ~np.isfinite(raw) | (raw != np.floor(raw)) | ~(raw >= lo) | ~(raw < float(hi) + 1)
+            else:
+                bad = null | (raw > hi) | ((raw < lo) if raw.dtype.kind == "i" else False)
+        ids = np.where(bad, 0, raw).astype(np.int64)
+        for i in np.flatnonzero(valid & bad).tolist():
+            value = "null" if null[i] else (repr(float(raw[i])) if raw.dtype.kind == "f" else str(int(raw[i])))
+            self.problems.report(first_row + i + 1, f"{name} {value} is not an integer in [{lo}, {hi:,}]",
+                                 "bad_value")
+        valid &= ~bad
+        return ids
 
     def _bad_rows(self, mask: np.ndarray, first_row: int, message: str, kind: str) -> None:
         for i in np.flatnonzero(mask).tolist():
             self.problems.report(first_row + i + 1, message, kind=kind)
 
     def steps(self) -> Iterator[StepTimes]:
-        acc = StepAccumulator()
+        acc = StepAccumulator(self.path)
         dups = DuplicateFilter()
         first_row = 0
         per_row = self.total_bytes / max(1, self._file.metadata.num_rows)
@@ -100,48 +134,66 @@ class ParquetTraceReader:
                 self.done_bytes = int(first_row * per_row)
         except (OSError, pa.ArrowException) as exc:
             raise InputError(f"{self.path}:{first_row + 1}: cannot read rows from here on: {exc}") from None
+        except UnicodeDecodeError as exc:  # damaged bytes in a string column
+            raise InputError(f"{self.path}:{first_row + 1}: the rows from here on have a string that is not UTF-8 "
+                             f"({exc.reason})") from None
         self.done_bytes = self.total_bytes
         if "rank" in self._columns:
-            self._topology = resolve_layout(self.path, layout, first_rows, self._topology)
+            self._topology = resolve_layout(self.path, layout, first_rows, self._topology, acc.num_steps, self.records)
             self._placement = {r: (d, p, r) for r, (d, p) in layout.items()}
-            yield from acc.steps(self.path)
+            yield from acc.steps()
             return
         # One rank per worker, numbered by the formula of the declared (or inferred) layout.
         workers = {k: (k // _WORKER_BASE, k % _WORKER_BASE) for k in layout}
+        if not workers:
+            raise InputError(f"{self.path}: no usable operation rows")
         if self._topology is None:
-            dp = max(d for d, _ in workers.values()) + 1
-            self._topology = Topology(dp=dp, pp=max(p for _, p in workers.values()) + 1)
+            dp, pp = max(d for d, _ in workers.values()) + 1, max(p for _, p in workers.values()) + 1
+            what = "the layout of the recorded dp_rank and stage ids"
+            check_dense(self.path, acc.num_steps, dp * pp, self.records, what)
+            if dp * pp > MAX_WORLD_SIZE:
+                raise InputError(f"{self.path}: dp_rank up to {dp - 1} and stage up to {pp - 1} ({what}): {dp * pp:,} "
+                                 f"workers are beyond the {MAX_WORLD_SIZE:,} ranks a job may have")
+            self._topology = Topology(dp=dp, pp=pp)
+        else:
+            check_dense(self.path, acc.num_steps, self._topology.world_size, self.records, "the declared layout")
         topo = self._topology
         ranks = {k: int(topo.rank_of(d, p, 0)) for k, (d, p) in workers.items()}
         self._placement = {k: (d, p, ranks[k]) for k, (d, p) in workers.items()}
-        yield from acc.steps(self.path, ranks)
+        yield from acc.steps(ranks)
 
     def _add_batch(self, batch: pa.RecordBatch, first_row: int, acc: StepAccumulator, dups: DuplicateFilter,
                    layout: dict[int, tuple[int, int]], first_rows: dict[int, int]) -> None:
         n = batch.num_rows
-        dp = self._numeric(batch, "dp_rank", np.int64)
-        pp = self._numeric(batch, "stage", np.int64)
-        rank = self._numeric(batch, "rank", np.int64) if "rank" in self._columns else dp * _WORKER_BASE + pp
-        step = self._numeric(batch, "step", np.int64)
-        duration_ms = self._numeric(batch, "duration", np.float64) * 1e3
-        start_ms = self._numeric(batch, "start_ts", np.float64) * 1e3 if "start_ts" in self._columns else None
+        duration_ms = self._floats(batch, "duration") * 1e3
+        start_ms = self._floats(batch, "start_ts") * 1e3 if "start_ts" in self._columns else None
         optype = batch.column("optype")
         if not pa.types.is_dictionary(optype.type):
             optype = optype.dictionary_encode()  # imports pyarrow.compute only for such a file
         names = optype.dictionary.to_pylist()
-        codes = optype.indices.to_numpy(zero_copy_only=False)
-
+        indices = optype.indices
         valid = np.ones(n, dtype=bool)
-        bad = ~np.isfinite(duration_ms) | (duration_ms < 0)
+        if indices.null_count:
+            null = indices.is_null().to_numpy(zero_copy_only=False)
+            self._bad_rows(null, first_row, "optype is null", "malformed")
+            valid &= ~null
+            indices = indices.fill_null(0)
+        codes = indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+        bad = valid & (~np.isfinite(duration_ms) | (duration_ms < 0))
         self._bad_rows(bad, first_row, "duration must be a finite number >= 0 seconds", "bad_value")
         valid &= ~bad
         if start_ms is not None:
             bad = valid & ~(np.isfinite(start_ms) & (start_ms >= 0))
             self._bad_rows(bad, first_row, "start_ts must be a finite number >= 0 seconds", "bad_value")
             valid &= ~bad
-        bad = valid & ((dp < 0) | (pp < 0) | (rank < 0) | (step < 0))
-        self._bad_rows(bad, first_row, "dp_rank, stage, rank and step must be >= 0", "bad_value")
-        valid &= ~bad
+        dp = self._ids(batch, "dp_rank", valid, first_row)
+        pp = self._ids(batch, "stage", valid, first_row)
+        rank = self._ids(batch, "rank", valid, first_row) if "rank" in self._columns else dp * _WORKER_BASE + pp
+        step = self._ids(batch, "step", valid, first_row)
+        none = np.full(n, -1, np.int64)
+        seq, mc, mb = (self._ids(batch, c, valid, first_row) if c in self._columns else none
+                       for c in ("seq_id", "mc", "mb_id"))
         valid &= self._check_layout(dp, pp, rank, valid, first_row, layout, first_rows)
 
         stage = np.full(n, -1, dtype=np.int64)
@@ -159,9 +211,9 @@ class ParquetTraceReader:
                 p2p[rows] = -1 if target.p2p is None else target.p2p
         valid &= known
 
-        seq = self._numeric(batch, "seq_id", np.int64) if "seq_id" in self._columns else np.full(n, -1, np.int64)
-        mc = self._numeric(batch, "mc", np.int64) if "mc" in self._columns else np.full(n, -1, np.int64)
-        name_ids = np.array([self._name_ids.setdefault(str(x), len(self._name_ids)) for x in names], dtype=np.int64)
+        # [-1]: the codes of null optypes (skipped rows) index something when no name exists.
+        name_ids = np.array([self._name_ids.setdefault(str(x), len(self._name_ids)) for x in names] or [-1],
+                            dtype=np.int64)
         keys = row_keys(rank, step, name_ids[codes], seq, mc)
         dup = np.zeros(n, dtype=bool)
         dup[valid] = dups.seen_before(keys[valid])
@@ -172,7 +224,6 @@ class ParquetTraceReader:
         acc.add(step[summed], rank[summed], stage[summed], p2p[summed], duration_ms[summed],
                 None if start_ms is None else start_ms[summed])
         if self._ops is not None:
-            mb = self._numeric(batch, "mb_id", np.int64) if "mb_id" in self._columns else np.full(n, -1, np.int64)
             start_s = start_ms / 1e3 if start_ms is not None else np.full(n, np.nan)
             self._ops.add(rank[valid], step[valid], self._ops.name_ids([str(x) for x in names])[codes[valid]],
                           start_s[valid], duration_ms[valid] / 1e3, seq[valid], mb[valid], mc[valid])

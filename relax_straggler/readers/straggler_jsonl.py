@@ -2,21 +2,22 @@
 "step", "stages" (names), "device_ms" ([[ms per stage] per rank], null = not run) and
 optionally "tokens" (per rank). Read line by line.
 
-Line problems (reported with the line number, the line skipped): invalid JSON, missing or
-mistyped fields, stage names outside the closed set, a device_ms row of the wrong length,
-negative or non-finite times, a step number seen before.
+Line problems (reported with the line number, the line skipped): invalid JSON (or nested
+too deep), missing or mistyped fields, a step outside
+int64, stage names outside the closed set, a device_ms row of the wrong length, negative
+or non-finite times and tokens, a step number seen before.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import InputError, Problems, StepTimes, empty_stage_row
+from relax_straggler.readers.base import (MAX_STEP, InputError, Problems, StepTimes, empty_stage_row, finite_number,
+                                          parse_json_int, short_repr)
 from relax_straggler.topology import Topology
 from relax_straggler.stages import STAGE_IDS
 
@@ -65,16 +66,19 @@ class StragglerJsonlReader:
 
     def _parse(self, line: int, raw: bytes) -> Optional[StepTimes]:
         try:
-            rec = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            rec = json.loads(raw, parse_int=parse_json_int)
+        except RecursionError:
+            self.problems.report(line, "not a JSON object: nested deeper than the decoder allows", "malformed")
+            return None
+        except ValueError as exc:  # invalid JSON or not UTF-8
             self.problems.report(line, f"not a JSON object: {exc}", "malformed")
             return None
         if not isinstance(rec, dict):
             self.problems.report(line, "not a JSON object", "malformed")
             return None
         step, stages, device = rec.get("step"), rec.get("stages"), rec.get("device_ms")
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            self.problems.report(line, "'step' must be an integer >= 0", "malformed")
+        if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
+            self.problems.report(line, "'step' must be an integer in [0, 2^63)", "malformed")
             return None
         if not isinstance(stages, list) or not all(isinstance(s, str) for s in stages):
             self.problems.report(line, "'stages' must be a list of stage names", "malformed")
@@ -95,17 +99,20 @@ class StragglerJsonlReader:
             for c, x in zip(cols, row):
                 if x is None:
                     continue
-                if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) or x < 0:
-                    self.problems.report(line, f"device_ms[{r}]: {x!r} is not a time >= 0 ms", "bad_value")
+                t = finite_number(x)
+                if t is None or t < 0:
+                    self.problems.report(line, f"device_ms[{r}]: {short_repr(x)} is not a time >= 0 ms", "bad_value")
                     return None
-                ms[r, c] = x
+                ms[r, c] = t
         tokens = rec.get("tokens")
         tok = None
         if tokens is not None:
-            if not isinstance(tokens, list) or len(tokens) != len(device) or not all(
-                    t is None or (isinstance(t, (int, float)) and not isinstance(t, bool)) for t in tokens):
-                self.problems.report(line, f"'tokens' must list one number or null per rank ({len(device)})",
-                                     "malformed")
+            tok = [np.nan if t is None else finite_number(t) for t in tokens] if isinstance(tokens, list) else None
+            if tok is None or len(tok) != len(device) or any(t is None or t < 0 for t in tok):
+                self.problems.report(line, f"'tokens' must list one finite number >= 0 or null per rank "
+                                     f"({len(device)})", "malformed")
                 return None
-            tok = np.array([np.nan if t is None else t for t in tokens], dtype=np.float64)
+            tok = np.array(tok, dtype=np.float64)
         return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok)
+
+

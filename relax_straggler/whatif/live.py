@@ -24,7 +24,8 @@ import numpy as np
 
 from relax_straggler.payload import OP_FIELDS, OP_TYPES, unpack_ops
 from relax_straggler.readers import OpRecords
-from relax_straggler.whatif.loader import WhatIfInputError, one_rank_per_worker
+from relax_straggler.whatif.errors import WhatIfInputError
+from relax_straggler.whatif.loader import one_rank_per_worker
 from relax_straggler.whatif.result import analyze_records
 
 log = logging.getLogger(__name__)

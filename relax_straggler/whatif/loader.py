@@ -13,57 +13,51 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from relax_straggler.readers import OP_FORMATS, InputError, OpRecords, Source, detect_format, open_source
+from relax_straggler.readers import OP_FORMATS, InputError, OpRecords, Problems, Source, detect_format, open_source
 from relax_straggler.topology import Topology
+from relax_straggler.whatif.complete import complete_steps
+from relax_straggler.whatif.errors import WhatIfInputError
+from relax_straggler.whatif.op_jsonl import OP_JSONL, OpJsonlSource
 
 log = logging.getLogger(__name__)
 
 _COMPUTE = ("forward-compute", "backward-compute")
-OP_JSONL = "op-jsonl"
-
-
-class WhatIfInputError(InputError):
-    """The input cannot be replayed; the message names the file and row or field."""
 
 
 @dataclass
 class OpInput:
-    """Per-op records and the opened source (its problems: what was skipped, with rows);
-    source is None for per-op JSONL."""
+    """Per-op records, the opened source (None for per-op JSONL) and the input's problems:
+    what was skipped, with its file and row or line, and the steps left out of the replay."""
 
     records: OpRecords
     source: Optional[Source]
+    problems: Problems
+    format: str
 
 
-def _from_columns(cols: dict[str, np.ndarray], names: list[str], source: str) -> OpRecords:
-    n = len(cols["dp_rank"])
-    for key, arr in cols.items():
-        if len(arr) != n:
-            raise WhatIfInputError(f"{source}: column {key} has {len(arr)} rows, dp_rank has {n}")
-        if arr.dtype.kind == "f" and key not in ("start", "duration") and np.isnan(arr).any():
-            raise WhatIfInputError(f"{source}: column {key} has a missing value in row {int(np.argmax(np.isnan(arr)))}")
-    for key in ("start", "duration"):
-        bad = ~np.isfinite(cols[key]) | ((cols[key] < 0) if key == "duration" else False)
-        if bad.any():
-            raise WhatIfInputError(f"{source}: row {int(np.argmax(bad))}: {key} must be finite (and >= 0 for duration)")
-    # Keep only the op types used, so unused dictionary entries need no role.
-    used = np.flatnonzero(np.bincount(cols["optype"].astype(np.int64), minlength=len(names)))
+def _used_optypes(rec: OpRecords) -> OpRecords:
+    """rec with only the op types it uses in its name table, so unused entries need no role."""
+    names = rec.optype_names
+    used = np.flatnonzero(np.bincount(rec.optype.astype(np.int64), minlength=len(names)))
+    if used.size == len(names):
+        return rec
     remap = np.full(len(names), -1, dtype=np.int32)
     remap[used] = np.arange(len(used), dtype=np.int32)
-    rec = OpRecords(
-        dp_rank=cols["dp_rank"].astype(np.int32), stage=cols["stage"].astype(np.int32),
-        step=cols["step"].astype(np.int64), optype=remap[cols["optype"]], start=cols["start"].astype(np.float64),
-        duration=cols["duration"].astype(np.float64), seq_id=cols["seq_id"].astype(np.int32),
-        microbatch=cols.get("microbatch", np.full(n, -1)).astype(np.int32),
-        chunk=cols.get("chunk", np.full(n, -1)).astype(np.int32), optype_names=[names[i] for i in used],
-        rank=cols.get("rank", np.full(n, -1)).astype(np.int64))
-    return one_rank_per_worker(rec)
+    return replace(rec, optype=remap[rec.optype], optype_names=[names[i] for i in used])
+
+
+def replayable(rec: OpRecords, problems: Problems) -> OpRecords:
+    """The records the replay models: used op types only, one rank per worker, complete
+    steps only (whatif/complete.py; what is left out is reported). Raises WhatIfInputError."""
+    if not len(rec):
+        raise WhatIfInputError(f"{problems.path}: no per-op records")
+    return complete_steps(one_rank_per_worker(_used_optypes(rec)), problems)
 
 
 def one_rank_per_worker(rec: OpRecords) -> OpRecords:
@@ -89,36 +83,6 @@ def one_rank_per_worker(rec: OpRecords) -> OpRecords:
                      optype_names=rec.optype_names, rank=rec.rank[mask])
 
 
-def _rows_to_columns(rows: list[tuple], source: str) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Columns of per-op row tuples (dp_rank, stage, step, optype name, start, duration, seq_id,
-    microbatch, chunk, rank); optype becomes an index into the sorted names."""
-    if not rows:
-        raise WhatIfInputError(f"{source}: no per-op records")
-    names = sorted({r[3] for r in rows})
-    index = {n: i for i, n in enumerate(names)}
-    keys = ("dp_rank", "stage", "step", "optype", "start", "duration", "seq_id", "microbatch", "chunk", "rank")
-    cols = {k: np.array([index[r[3]] for r in rows] if k == "optype" else [r[i] for r in rows])
-            for i, k in enumerate(keys)}
-    return cols, names
-
-
-def _load_jsonl(path: Path) -> OpRecords:
-    rows = []
-    with open(path) as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                o = json.loads(line)
-                rows.append((int(o["dp_rank"]), int(o["stage"]), int(o["step"]), str(o["optype"]),
-                             float(o["start_s"]), float(o["duration_s"]), int(o["seq_id"]),
-                             int(o.get("microbatch", -1)), int(o.get("chunk", -1)), int(o.get("rank", -1))))
-            except (KeyError, TypeError, ValueError) as e:
-                raise WhatIfInputError(f"{path}:{line_no}: not a per-op record ({e})") from None
-    cols, names = _rows_to_columns(rows, str(path))
-    return _from_columns(cols, names, str(path))
-
-
 def _records_from_source(source: Source) -> OpRecords:
     for _ in source.steps():  # every row checked and reported as for `analyze`
         pass
@@ -127,7 +91,8 @@ def _records_from_source(source: Source) -> OpRecords:
 
 def records_of(source: Source) -> OpRecords:
     """The what-if records of a source opened with ops=True whose steps() were read: checked
-    for what the replay needs, one rank per worker. Raises WhatIfInputError."""
+    for what the replay needs, one rank per worker, complete steps (the others reported in
+    source.problems). Raises WhatIfInputError."""
     rec = source.op_records()
     if rec is None:
         raise WhatIfInputError(f"{source.path}: a {source.format} input opened without its per-op records")
@@ -136,13 +101,7 @@ def records_of(source: Source) -> OpRecords:
                                "seq_id, Chrome args.seq_id)")
     if len(rec) and not np.isfinite(rec.start).all():
         raise WhatIfInputError(f"{source.path}: the what-if replay needs start times (parquet column start_ts)")
-    names = rec.optype_names
-    cols = {"dp_rank": rec.dp_rank, "stage": rec.stage, "step": rec.step, "optype": rec.optype, "start": rec.start,
-            "duration": rec.duration, "seq_id": rec.seq_id, "microbatch": rec.microbatch, "chunk": rec.chunk,
-            "rank": rec.rank}
-    if not len(rec):
-        raise WhatIfInputError(f"{source.path}: no per-op records")
-    return _from_columns(cols, names, source.path)
+    return replayable(rec, source.problems)
 
 
 def _is_op_jsonl(path: str) -> bool:
@@ -164,12 +123,15 @@ def read_op_input(path: str | Path, input_format: Optional[str] = None, strict: 
     if fmt is None and Path(path).is_file() and detect_format(path) == "straggler-jsonl" and _is_op_jsonl(path):
         fmt = OP_JSONL
     if fmt == OP_JSONL:
-        return OpInput(_load_jsonl(Path(path)), None)
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such file")
+        problems = Problems(path, strict=strict)
+        return OpInput(replayable(OpJsonlSource(path, problems).records(), problems), None, problems, OP_JSONL)
     source = open_source(path, fmt, strict=strict, topology=topology, meta=meta, ops=True)
     if source.format not in OP_FORMATS:
         raise WhatIfInputError(f"{path}: a {source.format} input has no per-op records; the what-if replay "
                                f"needs {', '.join(OP_FORMATS)} or {OP_JSONL}")
-    return OpInput(_records_from_source(source), source)
+    return OpInput(_records_from_source(source), source, source.problems, source.format)
 
 
 def load_op_records(path: str | Path, **kwargs) -> OpRecords:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from relax_straggler import _ext
-from relax_straggler.whatif.loader import OpRecords, WhatIfInputError, load_op_records
+from relax_straggler.whatif.errors import WhatIfInputError
+from relax_straggler.whatif.loader import OpRecords, load_op_records
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class WhatIfReport:
     m_s: GiveBack
     seconds: float = 0.0
     model: object = field(default=None, repr=False, compare=False)
+    steps_left_out: list[int] = field(default_factory=list)  # incomplete steps not replayed (reported)
 
     def worker_score(self, dp_rank: int, stage: int) -> float:
         """The heatmap score min(S_dp, S_stage) of one worker."""
@@ -91,6 +93,7 @@ class WhatIfReport:
             "step_s": {str(st): {"measured": num(a), "replayed": num(b), "ideal": num(c)}
                        for st, a, b, c in zip(self.steps, self.measured_step_s, self.replayed_step_s,
                                               self.ideal_step_s)},
+            "steps_left_out": list(self.steps_left_out),
             "seconds": self.seconds,
         }
 
@@ -115,7 +118,8 @@ class WhatIfReport:
         return {"slowdown": num(self.slowdown), "simulation_error": num(self.simulation_error),
                 "top_worker": None if top is None else {"dp_rank": top[0], "stage": top[1],
                                                         "score": num(self.worker_score(*top))},
-                "give_back": num(self.m_w.rem), "m_s": num(self.m_s.rem), "summary": self.summary_line()}
+                "give_back": num(self.m_w.rem), "m_s": num(self.m_s.rem), "steps_left_out": len(self.steps_left_out),
+                "summary": self.summary_line()}
 
     def text(self) -> str:
         """The terminal report."""
@@ -169,7 +173,7 @@ def analyze_records(rec: OpRecords, *, by_worker: bool = True, top_fraction: flo
         by_optype_per_step={st: {names[g]: group_ps[g][k] for g in range(len(names)) if group_ps[g]}
                             for k, st in enumerate(steps)},
         top_workers=[(dps[w // pp], w % pp) for w in r.top_workers],
-        m_w=GiveBack.of(r.m_w), m_s=GiveBack.of(r.m_s), model=model)
+        m_w=GiveBack.of(r.m_w), m_s=GiveBack.of(r.m_s), model=model, steps_left_out=list(rec.left_out_steps))
     report.seconds = time.perf_counter() - t0
     log.debug("what-if analysis of %d ops took %.3f s", len(rec), report.seconds)
     return report

@@ -172,7 +172,7 @@ def test_layout_without_dp_or_too_large_is_refused(servers, file_url, tmp_path):
         r = c.post("/jobs/partial", json=body)
         assert r.status_code == 422 and "body.dp: required" in r.json()["detail"], (body, r.text)
     r = c.post("/jobs/huge", json={"dp": 100_000, "pp": 100_000, "tp": 100_000})
-    assert r.status_code == 400 and "more than the 1,048,576" in r.json()["detail"], r.text
+    assert r.status_code == 400 and "beyond the 1,048,576 ranks" in r.json()["detail"], r.text
     r = c.post("/jobs/huge", json={"dp": 99999999999999999999999})
     assert r.status_code == 400, r.text
     assert c.get("/jobs").json() == {"jobs": []}

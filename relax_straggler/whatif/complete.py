@@ -1,0 +1,95 @@
+"""The steps the what-if replay can model: the engine needs every dp_rank of every step to
+run the same ops (stage, op type, seq_id), each once. A row a reader skipped (a bad value,
+a duplicate) leaves its step short of an op; that step is left out of the replay and
+reported, and the others are replayed. Linear in the records (one sort)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from relax_straggler.readers import OpRecords, Problems
+from relax_straggler.readers.op_trace import row_keys
+from relax_straggler.whatif.errors import WhatIfInputError
+
+_FIELDS = ("dp_rank", "stage", "step", "optype", "start", "duration", "seq_id", "microbatch", "chunk", "rank")
+
+
+def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
+    """rec without the steps where some dp_rank does not run the ops most (step, dp_rank)
+    groups run, and without dp_ranks that never do; each left out step and dp_rank is
+    reported through `problems` (kind "whatif_left_out"; strict raises InputError).
+    Raises WhatIfInputError naming the file when no step is left."""
+    if not len(rec):
+        return rec
+    op = row_keys(rec.stage.astype(np.int64), rec.optype.astype(np.int64), rec.seq_id.astype(np.int64))
+    order = np.lexsort((op, rec.dp_rank, rec.step))
+    step, dp, op = rec.step[order], rec.dp_rank[order], op[order]
+    starts = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (dp[1:] != dp[:-1])])
+    g_step, g_dp = step[starts], dp[starts]
+    count = np.diff(np.r_[starts, step.size])
+    with np.errstate(over="ignore"):
+        total = np.add.reduceat(op.view(np.uint64), starts)  # order-free fingerprint of the group's ops
+    group = np.repeat(np.arange(starts.size), count)
+    repeated = np.zeros(starts.size, dtype=bool)
+    repeated[group[1:][(op[1:] == op[:-1]) & (group[1:] == group[:-1])]] = True
+    clean = np.flatnonzero(~repeated)
+    if clean.size == 0:
+        raise WhatIfInputError(f"{problems.path}: every step records an op twice on some dp_rank; nothing to replay")
+    prints = row_keys(count[clean].astype(np.int64), total[clean].view(np.int64))
+    by_print = np.argsort(prints, kind="stable")
+    runs = np.flatnonzero(np.r_[True, prints[by_print][1:] != prints[by_print][:-1]])
+    freq, first = np.diff(np.r_[runs, prints.size]), clean[by_print[runs]]
+    # The most frequent op set; on a tie the larger one (a skipped row takes ops away), then the earliest.
+    best = first[np.lexsort((first, -count[first], -freq))[0]]
+    good = ~repeated & (count == count[best]) & (total == total[best])
+    want_count = int(count[best])
+
+    dps, all_dps = _distinct(g_dp[good]), _distinct(g_dp)
+    for d in all_dps[~_member(all_dps, dps)].tolist():
+        problems.report(0, f"dp_rank {d} runs the ops of the other dp_ranks in no step; left out of the what-if "
+                           "replay", "whatif_left_out")
+    in_dps = _member(g_dp, dps)
+    steps = _distinct(g_step)
+    complete = np.bincount(np.searchsorted(steps, g_step[good & in_dps]), minlength=steps.size) == dps.size
+    for i in np.flatnonzero(~complete).tolist():
+        mine = (g_step == steps[i]) & in_dps
+        why = _why(g_dp[mine], count[mine], repeated[mine], good[mine], dps, want_count)
+        problems.report(0, f"step {int(steps[i])} left out of the what-if replay: {why} (see the rows skipped "
+                           "above)", "whatif_left_out")
+    if not complete.any():
+        first = f"; first problem: {problems.kept[0]}" if problems.kept else ""
+        raise WhatIfInputError(f"{problems.path}: no step runs the same ops on every dp_rank, so no step can be "
+                               f"replayed{first}")
+    keep = _member(rec.step, steps[complete]) & _member(rec.dp_rank, dps)
+    if keep.all():
+        return rec
+    return OpRecords(*(getattr(rec, f)[keep] for f in _FIELDS[:9]), optype_names=rec.optype_names,
+                     rank=rec.rank[keep], left_out_steps=steps[~complete].tolist())
+
+
+# Sort-based set operations: np.unique / np.isin / setdiff1d import numpy.ma for some dtypes,
+# which a what-if run does not otherwise pay for (tests/python/test_whatif_imports.py).
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of a."""
+    a = np.sort(a)
+    return a[np.r_[True, a[1:] != a[:-1]]] if a.size else a
+
+
+def _member(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
+    """(a.shape) bool: each value of a is in the sorted array sorted_b."""
+    if not sorted_b.size:
+        return np.zeros(a.shape, dtype=bool)
+    i = np.minimum(np.searchsorted(sorted_b, a), sorted_b.size - 1)
+    return sorted_b[i] == a
+
+
+def _why(dp: np.ndarray, count: np.ndarray, repeated: np.ndarray, good: np.ndarray, dps: np.ndarray,
+         want: int) -> str:
+    """Why one step is incomplete: its first dp_rank without the expected ops."""
+    missing = dps[~_member(dps, _distinct(dp))]
+    if missing.size:
+        return f"dp_rank {int(missing[0])} records no op in it"
+    i = int(np.flatnonzero(~good)[0])
+    if repeated[i]:
+        return f"dp_rank {int(dp[i])} records an op twice"
+    return f"dp_rank {int(dp[i])} records {int(count[i])} ops, not the {want} (or not the same ones) of the others"

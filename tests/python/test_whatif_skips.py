@@ -1,0 +1,107 @@
+"""A skipped row does not abort the what-if replay: the step it leaves incomplete is left
+out, reported with the skipped row itself (file, line or row, why), and the other steps
+are replayed; op-jsonl lines are numbered from 1 and its bad lines are skips like the
+readers' rows (fatal with --strict)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from relax_straggler._ext import core
+from relax_straggler.cli import main
+
+# The engine's synthetic job numbers its op types in this order (csrc/core/whatif/synthetic.cpp).
+SYNTHETIC_OPTYPES = ("forward-compute", "backward-compute", "forward-send", "forward-recv", "backward-send",
+                     "backward-recv", "params-all-gather", "grads-reduce-scatter", "layernorm-grads-all-reduce",
+                     "embedding-grads-all-reduce", "optimizer-clip-main-grad", "optimizer", "gc")
+DP, PP, MICROBATCHES, STEPS = 2, 2, 4, 3
+
+
+def synthetic_rows() -> list[dict]:
+    """Per-op rows of a small synthetic 1F1B job (dp 2 x pp 2, 3 steps, worker dp 1 / pp 1 slow)."""
+    m = core().whatif.synthetic_model(DP, PP, MICROBATCHES, STEPS, seed=1, slow_dp=1, slow_stage=1, slow_factor=1.5)
+    start, end = m.timeline(False)
+    slots = len(m.slot_stage)
+    start, end = start.reshape(STEPS, slots, DP), end.reshape(STEPS, slots, DP)
+    rows = []
+    for k, step in enumerate(m.steps):
+        for slot in range(slots):
+            for lane, dp in enumerate(m.dp_ranks):
+                stage = m.slot_stage[slot]
+                rows.append({"dp_rank": dp, "stage": stage, "rank": dp + DP * stage, "step": step,
+                             "optype": SYNTHETIC_OPTYPES[m.slot_optype[slot]], "start_s": 10.0 + start[k, slot, lane],
+                             "duration_s": end[k, slot, lane] - start[k, slot, lane], "seq_id": m.slot_seq[slot]})
+    return rows
+
+
+def write_parquet(rows: list[dict], path: Path) -> Path:
+    cols = {"dp_rank": "dp_rank", "stage": "stage", "rank": "rank", "step": "step", "optype": "optype",
+            "start_ts": "start_s", "duration": "duration_s", "seq_id": "seq_id"}
+    pq.write_table(pa.table({c: [r[k] for r in rows] for c, k in cols.items()}), path)
+    return path
+
+
+def write_op_jsonl(rows: list[dict], path: Path) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _whatif(path: Path, capsys, *extra) -> tuple[int, dict, str]:
+    code = main(["whatif", str(path), "--format", "json", "--no-by-worker", *extra])
+    out = capsys.readouterr()
+    return code, (json.loads(out.out) if out.out.strip() else {}), out.err
+
+
+def test_the_synthetic_job_replays(tmp_path, capsys):
+    code, out, err = _whatif(write_parquet(synthetic_rows(), tmp_path / "trace-syn.parquet"), capsys)
+    assert code == 0, err
+    assert out["slowdown"] > 1.05 and sorted(out["step_s"]) == ["0", "1", "2"]
+    assert out["input"]["problems"]["total"] == 0
+
+
+@pytest.mark.parametrize("writer, name", [(write_parquet, "trace-bad.parquet"), (write_op_jsonl, "ops.jsonl")])
+def test_a_skipped_row_leaves_out_its_step_and_the_replay_goes_on(tmp_path, capsys, writer, name):
+    rows = synthetic_rows()
+    bad = next(i for i, r in enumerate(rows) if r["step"] == 1)
+    rows[bad]["duration_s"] = -1.0
+    path = writer(rows, tmp_path / name)
+    code, out, err = _whatif(path, capsys)
+    assert code == 0, err
+    assert sorted(out["step_s"]) == ["0", "2"]
+    first = out["input"]["problems"]["first"]
+    assert first[0].startswith(f"{path}:{bad + 1}: ") and "duration" in first[0]
+    assert any("step 1" in p and "left out of the what-if replay" in p for p in first), first
+    assert out["steps_left_out"] == [1]
+    assert f"{path}:{bad + 1}: " in err
+    code, _, err = _whatif(path, capsys, "--strict")
+    assert code == 1 and f"{path}:{bad + 1}: " in err
+
+
+def test_op_jsonl_lines_are_numbered_from_one_and_values_are_checked(tmp_path, capsys):
+    rows = synthetic_rows()
+    lines = [json.dumps(r) for r in rows]
+    lines[0] = json.dumps({**rows[0], "dp_rank": 1.5})
+    lines[1] = json.dumps({**rows[1], "duration_s": "12.5"})
+    lines[2] = "[" * 100_000
+    lines[3] = json.dumps({**rows[3], "step": 2**63})
+    path = tmp_path / "ops.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    code, out, err = _whatif(path, capsys)
+    assert code == 0, err
+    first = out["input"]["problems"]["first"]
+    assert [p.split(": ", 1)[0] for p in first[:4]] == [f"{path}:{n}" for n in (1, 2, 3, 4)]
+    assert "dp_rank" in first[0] and "duration_s" in first[1] and "nested" in first[2] and "step" in first[3]
+    assert out["steps_left_out"] == [0]
+
+
+def test_no_complete_step_refuses_naming_the_first_problem(tmp_path, capsys):
+    # Each step loses its optimizer op on one dp_rank: as many short (step, dp_rank) groups as full ones.
+    rows = [r for r in synthetic_rows() if not (r["optype"] == "optimizer" and r["dp_rank"] == r["step"] % 2)]
+    path = write_op_jsonl(rows, tmp_path / "ops.jsonl")
+    code, _, err = _whatif(path, capsys)
+    assert code == 1 and f"{path}: " in err and "no step" in err
