@@ -231,8 +231,10 @@ class ConfirmedVerdict:
         stages = tuple(stages)
         if ms.ndim != 2 or ms.shape[1] != len(stages):
             raise ValueError(f"step {step}: ms has shape {ms.shape} for {len(stages)} stages")
-        group_list = None if groups is None else [int(g) for g in groups]
-        tokens = None if workload is None else [float(w) for w in workload]
+        # Plain lists of Python numbers, converted in C (a comprehension over numpy scalars
+        # cost more than the tracker itself at 1,024 ranks).
+        group_list = None if groups is None else np.asarray(groups, dtype=np.int64).tolist()
+        tokens = None if workload is None else np.asarray(workload, dtype=np.float64).tolist()
         C = core().confirm
         evidence = None
         window_result: Optional[WindowResult] = None
