@@ -6,38 +6,17 @@ readers' rows (fatal with --strict)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from relax_straggler._ext import core
 from relax_straggler.cli import main
 
-# The engine's synthetic job numbers its op types in this order (csrc/core/whatif/synthetic.cpp).
-SYNTHETIC_OPTYPES = ("forward-compute", "backward-compute", "forward-send", "forward-recv", "backward-send",
-                     "backward-recv", "params-all-gather", "grads-reduce-scatter", "layernorm-grads-all-reduce",
-                     "embedding-grads-all-reduce", "optimizer-clip-main-grad", "optimizer", "gc")
-DP, PP, MICROBATCHES, STEPS = 2, 2, 4, 3
-
-
-def synthetic_rows() -> list[dict]:
-    """Per-op rows of a small synthetic 1F1B job (dp 2 x pp 2, 3 steps, worker dp 1 / pp 1 slow)."""
-    m = core().whatif.synthetic_model(DP, PP, MICROBATCHES, STEPS, seed=1, slow_dp=1, slow_stage=1, slow_factor=1.5)
-    start, end = m.timeline(False)
-    slots = len(m.slot_stage)
-    start, end = start.reshape(STEPS, slots, DP), end.reshape(STEPS, slots, DP)
-    rows = []
-    for k, step in enumerate(m.steps):
-        for slot in range(slots):
-            for lane, dp in enumerate(m.dp_ranks):
-                stage = m.slot_stage[slot]
-                rows.append({"dp_rank": dp, "stage": stage, "rank": dp + DP * stage, "step": step,
-                             "optype": SYNTHETIC_OPTYPES[m.slot_optype[slot]], "start_s": 10.0 + start[k, slot, lane],
-                             "duration_s": end[k, slot, lane] - start[k, slot, lane], "seq_id": m.slot_seq[slot]})
-    return rows
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from fuzz_inputs import synthetic_rows  # noqa: E402  (dp 2 x pp 2, 3 steps, worker dp 1 / pp 1 slow)
 
 def write_parquet(rows: list[dict], path: Path) -> Path:
     cols = {"dp_rank": "dp_rank", "stage": "stage", "rank": "rank", "step": "step", "optype": "optype",

@@ -18,7 +18,6 @@ Usage (under torchrun, 4 ranks): megatron_gpt.py OUTPUT_JSON
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import sys
@@ -28,7 +27,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from megatron_worker import grads_finalize, megatron_on_cpu  # beside this file
+from megatron_worker import finish_pp2, grads_finalize, start_pp2  # beside this file
 
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MICRO_BATCH = 2, 32, 2, 16, 128, 2
 MICROBATCHES = 4
@@ -100,9 +99,7 @@ def verdicts(jsonl: str) -> list[dict[str, Any]]:
 
 def main() -> None:
     out = sys.argv[1]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.set_num_threads(1)
+    rank = start_pp2()
 
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -110,9 +107,6 @@ def main() -> None:
     from relax_straggler import StragglerConfig
     from relax_straggler.integrations import megatron
 
-    megatron_on_cpu()
-    parallel_state.initialize_model_parallel(1, 2)
-    torch.manual_seed(0)
     model = gpt_chunk()
     model.config.finalize_model_grads_func = grads_finalize(parallel_state.get_data_parallel_group)
     delay = [BASE_S]
@@ -149,9 +143,7 @@ def main() -> None:
         with open(out, "w") as fh:
             json.dump({"phases": phases, "stage_of": stage_of, "reports": verdicts(jsonl),
                        "losses": {str(r): v for r, v in enumerate(every_loss) if v}}, fh)
-    parallel_state.destroy_model_parallel()
-    gc.collect()  # the model's reference cycles, while Gloo threads can still take the GIL
-    dist.destroy_process_group()
+    finish_pp2()
 
 
 if __name__ == "__main__":

@@ -6,15 +6,13 @@ Usage (under torchrun, 4 ranks): megatron_pp_dp.py OUTPUT_JSON"""
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 
 import torch
-import torch.distributed as dist
 
-from megatron_worker import (MICROBATCHES, TinyModel, batches, forward_step, grads_finalize,  # beside this file
-                             megatron_on_cpu)
+from megatron_worker import (MICROBATCHES, TinyModel, batches, finish_pp2, forward_step,  # beside this file
+                             grads_finalize, start_pp2)
 
 BASE_S = 0.020
 SLOW_RANK = 3
@@ -24,9 +22,7 @@ ONSET = 16  # the 8th report at interval 2 from step 2: the noise is learned by 
 
 def main() -> None:
     out = sys.argv[1]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    torch.set_num_threads(1)
+    rank = start_pp2()
 
     from megatron.core import parallel_state
     from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -34,9 +30,6 @@ def main() -> None:
     from relax_straggler import StragglerConfig
     from relax_straggler.integrations import megatron
 
-    megatron_on_cpu()
-    parallel_state.initialize_model_parallel(1, 2)
-    torch.manual_seed(0)
     model = TinyModel(delay_s=BASE_S)
     # The data-parallel gradient all-reduce, within each rank's dp group.
     model.config.finalize_model_grads_func = grads_finalize(parallel_state.get_data_parallel_group)
@@ -59,9 +52,7 @@ def main() -> None:
     if rank == 0:
         with open(out, "w") as fh:
             json.dump({"reports": reports, "onset": ONSET, "slow_rank": SLOW_RANK}, fh)
-    parallel_state.destroy_model_parallel()
-    gc.collect()  # the model's reference cycles, while Gloo threads can still take the GIL
-    dist.destroy_process_group()
+    finish_pp2()
 
 
 if __name__ == "__main__":

@@ -133,6 +133,28 @@ def grads_finalize(group_of: Callable[[], Any] = lambda: None) -> Callable[..., 
 allreduce_grads_finalize = grads_finalize()
 
 
+def start_pp2() -> int:
+    """Joins the Gloo job (one thread), redirects Megatron-Core to the CPU and lays the ranks
+    out as 2 pipeline stages (tensor parallel 1, data parallel world / 2); returns the rank."""
+    from megatron.core import parallel_state
+
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    megatron_on_cpu()
+    parallel_state.initialize_model_parallel(1, 2)
+    torch.manual_seed(0)
+    return dist.get_rank()
+
+
+def finish_pp2() -> None:
+    """Leaves the job start_pp2 joined."""
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    gc.collect()  # the model's reference cycles, while Gloo threads can still take the GIL
+    dist.destroy_process_group()
+
+
 def batches(rank: int, step: int, d: int = 16) -> Iterator[torch.Tensor]:
     """Microbatches of [seq 8, batch 2, hidden d], Megatron's sequence-first layout."""
     gen = torch.Generator().manual_seed(1000 * step + rank)
