@@ -142,6 +142,7 @@ class Analyzer:
                 self._control = LocalControl(control_file, config.control_every)
 
         self._uninstalled = False
+        self._hang: Any = None
         self._publish_failures = 0  # sampled steps whose row could not be sent
         self._summary: Optional[RunSummary] = None
         self._pipeline: Optional[ReportPipeline] = None
@@ -172,6 +173,10 @@ class Analyzer:
                 sinks.append(ConsoleSink(verbose=config.console_verbose))
             # Given up at shutdown, the report thread stops waiting for a peer's row.
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size, release=self._gather.abandon)
+        if config.hang_seconds > 0 and isinstance(self._gather, SideGroupGather) and self._gather.rank >= 0:
+            hang_sinks = [s for s in sinks if s is not self._summary and s is not self._store_sink] \
+                if self._gather.is_metrics_rank else None
+            self._hang = _start_hang_watchdog(self, ranks, hang_sinks)
 
         # Without the collective layer, the DDP gradient-sync wait after backward is the
         # communication stage; with it, the collectives themselves are.
@@ -264,6 +269,8 @@ class Analyzer:
         if self._publish_failures > 1:
             log.warning("relax_straggler: %d sampled steps could not be published", self._publish_failures)
         try:
+            if self._hang is not None:
+                self._hang.stop(timeout_s=min(1.0, timeout_s / 5))
             self._hooks.remove()
             if self._collectives is not None:
                 self._collectives.restore()
@@ -349,6 +356,25 @@ class Analyzer:
             report.metrics.update(verdict.window.metrics())
         report.metrics.update(self._whatif.metrics(pending.op_rows()))
         return dataclasses.replace(report, verdict=verdict)
+
+
+def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[list[Any]]) -> Any:
+    """The hang watchdog of this rank (relax_straggler.hang), or None (one warning) when the
+    job has no c10d store to publish through."""
+    from relax_straggler.hang.channel import StoreChannel
+    from relax_straggler.hang.publish import HangPublisher
+    from relax_straggler.hang.watchdog import HangWatchdog
+
+    config = analyzer.config
+    channel = StoreChannel.from_default_group(timeout_s=min(10.0, max(1.0, config.hang_seconds / 4)))
+    if channel is None:
+        log.warning("relax_straggler: no c10d store to publish hang snapshots through; the hang watchdog is off")
+        return None
+    collectives = analyzer._collectives
+    return HangWatchdog(rank=dist.get_rank(), ranks=ranks, metrics_rank=analyzer._gather.metrics_global_rank,
+                        hang_s=config.hang_seconds, steps=lambda: analyzer._step,
+                        progress=collectives.progress if collectives is not None else list, channel=channel,
+                        publish=HangPublisher(sinks, config)).start()
 
 
 def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:

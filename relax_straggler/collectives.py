@@ -10,6 +10,10 @@ wrapper is registered as the group's CUSTOM backend for the device, so the dispa
 sends that device's collectives through it, while the group's default backend, name
 and sequence numbers stay the original's. One wrapper per group: where a group has
 different backends per device (cpu:gloo,cuda:nccl) only the CUDA one is timed.
+
+Every wrapped backend also keeps the group's progress (the last collective and send/recv
+entered, the last op seen completed; csrc/torch/group_progress.h): progress() reads it
+from any thread, for the hang watchdog (relax_straggler.hang).
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ class CollectiveLayer:
         self._ranks = frozenset(analyzed_ranks)
         self._exclude = list(exclude)
         self._wrapped: dict[dist.ProcessGroup, list[str]] = {}
+        # (name, description, ranks, GroupProgress) per wrapped group; replaced, never
+        # mutated, so the watchdog thread reads it without a lock.
+        self._progress: tuple[tuple[str, str, tuple[int, ...], Any], ...] = ()
         self._known = 0
         self.poll()
 
@@ -69,6 +76,23 @@ class CollectiveLayer:
             if pg in self._wrapped or any(pg is g for g in self._exclude):
                 continue
             self._wrapped[pg] = self._wrap(pg)
+        self._progress = tuple(_progress_handle(pg, devices) for pg, devices in self._wrapped.items() if devices)
+
+    def progress(self) -> list[dict[str, Any]]:
+        """The progress of every wrapped group, safe from any thread: per group {"name",
+        "desc", "ranks" (global), "collective", "p2p", "completed"}, each of the last three
+        None or {"seq", "op", "ago_s"} (seconds since entered / completed, at a clock
+        resolution of a few ms). Sequence numbers count this rank's ops on the group since
+        it was wrapped, collectives and send/recv separately."""
+        now = ext().coarse_now_ns()
+        out = []
+        for name, desc, ranks, handle in self._progress:
+            entry: dict[str, Any] = {"name": name, "desc": desc, "ranks": list(ranks)}
+            for kind, e in handle.snapshot().items():
+                entry[kind] = None if e is None else {"seq": e["seq"], "op": e["op"],
+                                                      "ago_s": max(now - e["ns"], 0) / 1e9}
+            out.append(entry)
+        return out
 
     def _wrap(self, pg: dist.ProcessGroup) -> list[str]:
         comparable = frozenset(dist.get_process_group_ranks(pg)) == self._ranks
@@ -85,4 +109,13 @@ class CollectiveLayer:
             for device in devices:
                 ext().unwrap_process_group(pg, device)
         self._wrapped.clear()
+        self._progress = ()
         self._known = 0
+
+
+def _progress_handle(pg: dist.ProcessGroup, devices: list[str]) -> tuple[str, str, tuple[int, ...], Any]:
+    """(name, description, global ranks, GroupProgress) of a wrapped group; the timed device
+    is the first wrapped one (CUDA where both are)."""
+    name = dist.distributed_c10d._get_process_group_name(pg)
+    desc = getattr(pg, "group_desc", "") or ""
+    return name, desc, tuple(dist.get_process_group_ranks(pg)), ext().progress_of(pg, devices[0])

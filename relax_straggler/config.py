@@ -67,6 +67,9 @@ class StragglerConfig:
     collective_timing: bool = flag_field(
         True, "Do not wrap process-group backends (collectives are then not timed one by one).",
         name="no-collective-timing", action="store_false")
+    hang_seconds: float = flag_field(
+        60.0, "Seconds without a step ending, after the first, before each rank publishes how far each of its "
+              "process groups got and the job is told which rank and collective hold it (0: no watchdog).")
     window_every: int = flag_field(
         10, "Run the six-clusterer window ensemble every N reports, a witness of the confirmed verdict (0: off).")
     window_size: int = flag_field(50, "Reports in the window.")
@@ -118,6 +121,8 @@ class StragglerConfig:
                 raise bad(flag, "must be an integer >= 1", value)
         if self.control_file is not None and (not isinstance(self.control_file, str) or not self.control_file):
             raise bad("control-file", "must be a file path", self.control_file)
+        if not _is_finite(self.hang_seconds) or self.hang_seconds < 0:
+            raise bad("hang-seconds", "must be a finite number >= 0", self.hang_seconds)
         if not _is_int(self.window_every) or self.window_every < 0:
             raise bad("window-every", "must be an integer >= 0", self.window_every)
         if not _is_int(self.window_size) or self.window_size < 2:

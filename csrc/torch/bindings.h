@@ -8,6 +8,6 @@
 namespace relax_straggler::torch_ext {
 
 void bind_timer(pybind11::module_& m);  // StageTimer, StepSample, Section
-void bind_comm(pybind11::module_& m);   // TimedBackend: wrap / unwrap a ProcessGroup's backend
+void bind_comm(pybind11::module_& m);   // TimedBackend: wrap / unwrap a ProcessGroup's backend, its progress
 
 }  // namespace relax_straggler::torch_ext

@@ -60,14 +60,20 @@ void TimedBackend::attach(std::shared_ptr<StageTimer> timer, bool comparable) {
 void TimedBackend::detach() { timer_.store(nullptr, std::memory_order_release); }
 
 template <typename Call>
-WorkPtr TimedBackend::timed(CommOp op, std::int64_t bytes, Call&& call) {
+WorkPtr TimedBackend::timed(ProgressOp op, std::int64_t bytes, Call&& call) {
+  const std::uint64_t seq = progress_->enter(op);
   StageTimer* timer = timer_.load(std::memory_order_acquire);
-  if (timer == nullptr || !timer->sampled()) return call();  // the non-sampled path
-  const std::int64_t token = timer->comm_begin(op, comparable_, bytes);
-  return finish(*timer, token, call());
+  if (timer == nullptr || !timer->sampled()) {  // the non-sampled path
+    WorkPtr work = call();
+    if (!work && !coalescing_) progress_->complete(op, seq);  // it ended with the call
+    return work;
+  }
+  const std::int64_t token = timer->comm_begin(comm_op_of(op), comparable_, bytes);
+  return finish(*timer, token, op, seq, call());
 }
 
-WorkPtr TimedBackend::finish(StageTimer& timer, std::int64_t token, WorkPtr work) {
+WorkPtr TimedBackend::finish(StageTimer& timer, std::int64_t token, ProgressOp op, std::uint64_t seq, WorkPtr work) {
+  if (!work && !coalescing_) progress_->complete(op, seq);
   if (token < 0) return work;  // the pool was full: counted by the timer
   if (!work) {
     // A synchronous op (e.g. NCCL on the current stream): it ended with the call, and
@@ -81,14 +87,16 @@ WorkPtr TimedBackend::finish(StageTimer& timer, std::int64_t token, WorkPtr work
     return work;
   }
   std::shared_ptr<StageTimer> keep = owner_;
+  std::shared_ptr<GroupProgress> progress = progress_;
   c10::intrusive_ptr<c10::ivalue::Future> chained;
   try {
     if (auto future = work->getFuture()) {
       // Runs on completion (a communication thread for Gloo; for NCCL under the
       // collective's stream, so a CUDA end event lands after it) and passes the value on.
       chained = future->then(
-          [keep, token](c10::ivalue::Future& parent) {
+          [keep, progress, token, op, seq](c10::ivalue::Future& parent) {
             keep->comm_end(token);
+            progress->complete(op, seq);
             return parent.value();
           },
           future->elementType());
@@ -100,102 +108,102 @@ WorkPtr TimedBackend::finish(StageTimer& timer, std::int64_t token, WorkPtr work
 }
 
 WorkPtr TimedBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
-  return timed(CommOp::kBroadcast, nbytes(tensors), [&] { return inner_->broadcast(tensors, opts); });
+  return timed(ProgressOp::kBroadcast, nbytes(tensors), [&] { return inner_->broadcast(tensors, opts); });
 }
 
 WorkPtr TimedBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return timed(CommOp::kAllreduce, nbytes(tensors), [&] { return inner_->allreduce(tensors, opts); });
+  return timed(ProgressOp::kAllreduce, nbytes(tensors), [&] { return inner_->allreduce(tensors, opts); });
 }
 
 WorkPtr TimedBackend::allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-  return timed(CommOp::kAllreduce, nbytes(tensors), [&] { return inner_->allreduce_sparse(tensors, opts); });
+  return timed(ProgressOp::kAllreduce, nbytes(tensors), [&] { return inner_->allreduce_sparse(tensors, opts); });
 }
 
 WorkPtr TimedBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                           const c10d::AllreduceCoalescedOptions& opts) {
-  return timed(CommOp::kAllreduce, nbytes(tensors), [&] { return inner_->allreduce_coalesced(tensors, opts); });
+  return timed(ProgressOp::kAllreduce, nbytes(tensors), [&] { return inner_->allreduce_coalesced(tensors, opts); });
 }
 
 WorkPtr TimedBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
-  return timed(CommOp::kOther, nbytes(tensors), [&] { return inner_->reduce(tensors, opts); });
+  return timed(ProgressOp::kReduce, nbytes(tensors), [&] { return inner_->reduce(tensors, opts); });
 }
 
 WorkPtr TimedBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                 const c10d::AllgatherOptions& opts) {
-  return timed(CommOp::kAllgather, nbytes(inputs), [&] { return inner_->allgather(outputs, inputs, opts); });
+  return timed(ProgressOp::kAllgather, nbytes(inputs), [&] { return inner_->allgather(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  return timed(CommOp::kAllgather, static_cast<std::int64_t>(input.nbytes()),
+  return timed(ProgressOp::kAllgather, static_cast<std::int64_t>(input.nbytes()),
                [&] { return inner_->_allgather_base(output, input, opts); });
 }
 
 WorkPtr TimedBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                           std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  return timed(CommOp::kAllgather, nbytes(inputs), [&] { return inner_->allgather_coalesced(outputs, inputs, opts); });
+  return timed(ProgressOp::kAllgather, nbytes(inputs), [&] { return inner_->allgather_coalesced(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllgatherOptions& opts) {
-  return timed(CommOp::kAllgather, nbytes(inputs),
+  return timed(ProgressOp::kAllgather, nbytes(inputs),
                [&] { return inner_->allgather_into_tensor_coalesced(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                              const c10d::GatherOptions& opts) {
-  return timed(CommOp::kOther, nbytes(inputs), [&] { return inner_->gather(outputs, inputs, opts); });
+  return timed(ProgressOp::kGather, nbytes(inputs), [&] { return inner_->gather(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                               const c10d::ScatterOptions& opts) {
-  return timed(CommOp::kOther, nbytes(outputs), [&] { return inner_->scatter(outputs, inputs, opts); });
+  return timed(ProgressOp::kScatter, nbytes(outputs), [&] { return inner_->scatter(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
                                      const c10d::ReduceScatterOptions& opts) {
-  return timed(CommOp::kReduceScatter, nbytes(inputs), [&] { return inner_->reduce_scatter(outputs, inputs, opts); });
+  return timed(ProgressOp::kReduceScatter, nbytes(inputs), [&] { return inner_->reduce_scatter(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                            const c10d::ReduceScatterOptions& opts) {
-  return timed(CommOp::kReduceScatter, static_cast<std::int64_t>(input.nbytes()),
+  return timed(ProgressOp::kReduceScatter, static_cast<std::int64_t>(input.nbytes()),
                [&] { return inner_->_reduce_scatter_base(output, input, opts); });
 }
 
 WorkPtr TimedBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::ReduceScatterOptions& opts) {
-  return timed(CommOp::kReduceScatter, nbytes(inputs),
+  return timed(ProgressOp::kReduceScatter, nbytes(inputs),
                [&] { return inner_->reduce_scatter_tensor_coalesced(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
                                     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  return timed(CommOp::kAlltoall, static_cast<std::int64_t>(input.nbytes()), [&] {
+  return timed(ProgressOp::kAlltoall, static_cast<std::int64_t>(input.nbytes()), [&] {
     return inner_->alltoall_base(output, input, output_split_sizes, input_split_sizes, opts);
   });
 }
 
 WorkPtr TimedBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                const c10d::AllToAllOptions& opts) {
-  return timed(CommOp::kAlltoall, nbytes(inputs), [&] { return inner_->alltoall(outputs, inputs, opts); });
+  return timed(ProgressOp::kAlltoall, nbytes(inputs), [&] { return inner_->alltoall(outputs, inputs, opts); });
 }
 
 WorkPtr TimedBackend::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
-  return timed(CommOp::kSend, nbytes(tensors), [&] { return inner_->send(tensors, dst_rank, tag); });
+  return timed(ProgressOp::kSend, nbytes(tensors), [&] { return inner_->send(tensors, dst_rank, tag); });
 }
 
 WorkPtr TimedBackend::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
-  return timed(CommOp::kRecv, nbytes(tensors), [&] { return inner_->recv(tensors, src_rank, tag); });
+  return timed(ProgressOp::kRecv, nbytes(tensors), [&] { return inner_->recv(tensors, src_rank, tag); });
 }
 
 WorkPtr TimedBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
-  return timed(CommOp::kRecv, nbytes(tensors), [&] { return inner_->recvAnysource(tensors, tag); });
+  return timed(ProgressOp::kRecv, nbytes(tensors), [&] { return inner_->recvAnysource(tensors, tag); });
 }
 
 WorkPtr TimedBackend::barrier(const c10d::BarrierOptions& opts) {
-  return timed(CommOp::kOther, 0, [&] { return inner_->barrier(opts); });
+  return timed(ProgressOp::kBarrier, 0, [&] { return inner_->barrier(opts); });
 }
 
 void TimedBackend::startCoalescing() {
@@ -265,6 +273,11 @@ bool unwrap_process_group(const c10::intrusive_ptr<ProcessGroup>& pg, const std:
 
 bool is_wrapped(const c10::intrusive_ptr<ProcessGroup>& pg, const std::string& device) {
   return as_timed(backend_of(pg, c10::Device(device).type())) != nullptr;
+}
+
+std::shared_ptr<GroupProgress> progress_of(const c10::intrusive_ptr<ProcessGroup>& pg, const std::string& device) {
+  TimedBackend* t = as_timed(backend_of(pg, c10::Device(device).type()));
+  return t == nullptr ? nullptr : t->progress();
 }
 
 }  // namespace relax_straggler::torch_ext

@@ -6,7 +6,8 @@
 // returned Work completes (its future's callback, which never waits), or right after
 // the call for a synchronous op that returns no Work; the caller gets a TimedWork that
 // times how long it blocks in wait(). On other steps the cost is one atomic load and
-// one branch. Nothing here calls wait() or synchronizes.
+// one branch, plus the group's progress counters (group_progress.h), kept on every step.
+// Nothing here calls wait() or synchronizes.
 //
 // Overrides of virtuals that older torch versions lack are guarded by
 // RS_TORCH_AT_LEAST (checked against the headers of torch 2.4 to 2.13).
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "comm_op.h"
+#include "group_progress.h"
 #include "stage_timer.h"
 #include "torch_version.h"
 
@@ -39,6 +41,8 @@ class TimedBackend final : public c10d::Backend {
   void detach();
   bool attached() const { return timer_.load(std::memory_order_acquire) != nullptr; }
   const c10::intrusive_ptr<c10d::Backend>& inner() const { return inner_; }
+  // The group's progress counters; they outlive the wrapper for whoever holds them.
+  const std::shared_ptr<GroupProgress>& progress() const { return progress_; }
   c10d::ProcessGroup::BackendType original_type() const { return original_type_; }
 
   // --- forwarded, timed on sampled steps ---------------------------------------------
@@ -148,11 +152,13 @@ class TimedBackend final : public c10d::Backend {
  private:
   // The one timing helper every collective calls. `call` forwards to inner_.
   template <typename Call>
-  c10::intrusive_ptr<c10d::Work> timed(CommOp op, std::int64_t bytes, Call&& call);
-  c10::intrusive_ptr<c10d::Work> finish(StageTimer& timer, std::int64_t token, c10::intrusive_ptr<c10d::Work> work);
+  c10::intrusive_ptr<c10d::Work> timed(ProgressOp op, std::int64_t bytes, Call&& call);
+  c10::intrusive_ptr<c10d::Work> finish(StageTimer& timer, std::int64_t token, ProgressOp op, std::uint64_t seq,
+                                        c10::intrusive_ptr<c10d::Work> work);
 
   const c10::intrusive_ptr<c10d::Backend> inner_;
   const c10d::ProcessGroup::BackendType original_type_;
+  const std::shared_ptr<GroupProgress> progress_ = std::make_shared<GroupProgress>();
   std::atomic<StageTimer*> timer_{nullptr};
   std::shared_ptr<StageTimer> owner_;
   std::vector<std::shared_ptr<StageTimer>> retired_;
@@ -173,5 +179,9 @@ bool unwrap_process_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, cons
 
 // Whether the backend `pg` uses for `device` is a TimedBackend.
 bool is_wrapped(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& device);
+
+// The progress counters of the TimedBackend `pg` uses for `device`; null when not wrapped.
+std::shared_ptr<GroupProgress> progress_of(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                           const std::string& device);
 
 }  // namespace relax_straggler::torch_ext

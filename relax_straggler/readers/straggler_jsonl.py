@@ -76,6 +76,9 @@ class StragglerJsonlReader:
         if not isinstance(rec, dict):
             self.problems.report(line, "not a JSON object", "malformed")
             return None
+        metrics = rec.get("metrics")
+        if isinstance(metrics, dict) and "straggler/hang/answer" in metrics:
+            return None  # the watchdog's answer to a stopped job (relax_straggler.hang): no step times
         step, stages, device = rec.get("step"), rec.get("stages"), rec.get("device_ms")
         if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:
             self.problems.report(line, "'step' must be an integer in [0, 2^63)", "malformed")

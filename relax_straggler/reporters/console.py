@@ -1,6 +1,6 @@
 """What an operator reads on the metrics rank's console: the confirmed verdict's changes
-(a straggler confirmed, recovered, a pipeline stage imbalanced) and, with verbose, the
-per-step table of every report."""
+(a straggler confirmed, recovered, a pipeline stage imbalanced), the answer when the job
+stops (straggler/hang/*) and, with verbose, the per-step table of every report."""
 
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ class ConsoleSink:
         self._announced: set[tuple[int, str, str]] = set()  # (rank or -group - 1, stage, state) on screen
 
     def __call__(self, report: Report) -> None:
+        if "straggler/hang/answer" in report.metrics:  # the hang answer: no stage rows
+            lines = [f"[straggler] HANG after step {report.step}: {report.metrics['straggler/hang/answer']}"]
+            out = self._stream or sys.stdout
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+            return
         lines = self._verdict_lines(report)
         if self.verbose:
             lines += self._table(report)

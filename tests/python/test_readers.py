@@ -67,6 +67,16 @@ def test_jsonl_reads_steps_with_nan_for_null():
     assert s.p2p_ms is None and src.topology() is None
 
 
+def test_jsonl_a_hang_answer_is_no_step_and_no_problem(tmp_path):
+    good = open(fixture("straggler.jsonl")).read().splitlines()
+    hang = json.dumps({"step": 4, "stages": [], "device_ms": [], "metrics": {
+        "straggler/hang/answer": "rank 2 never entered all_reduce #6 of group default_pg (ranks 0-3)"}})
+    path = tmp_path / "hang.jsonl"
+    path.write_text("\n".join([good[0], hang, good[1]]) + "\n")
+    src = open_source(str(path))
+    assert [s.step for s in src.steps()] == [0, 10] and src.problems.total == 0
+
+
 def test_jsonl_bad_lines_are_reported_with_line_numbers(tmp_path):
     good = open(fixture("straggler.jsonl")).read().splitlines()
     lines = [good[0], "{not json", json.dumps({"step": 5, "stages": ["warp"], "device_ms": [[1.0]]}),

@@ -1,0 +1,12 @@
+"""When the job stops: name the rank and the collective that hold it (docs/DESIGN.md,
+"When the job stops"; metrics straggler/hang/*, docs/METRICS.md).
+
+diagnose    compares per-rank progress snapshots (pure, no torch)
+channel     the c10d store the snapshots travel through
+watchdog    the per-rank thread that notices a stop and answers
+publish     the answer as a Report for the sinks
+"""
+
+from relax_straggler.hang.diagnose import DESYNC, LAGGING, MISSING, NONE, Finding, HangAnswer, compact, diagnose
+
+__all__ = ["DESYNC", "LAGGING", "MISSING", "NONE", "Finding", "HangAnswer", "compact", "diagnose"]

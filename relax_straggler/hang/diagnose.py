@@ -1,0 +1,213 @@
+"""Which rank and which collective hold a stopped job: the comparison of per-rank progress
+snapshots (docs/DESIGN.md, "When the job stops"). Pure Python, no torch.
+
+A snapshot is what one rank's watchdog published (relax_straggler.hang.watchdog):
+{"rank", "step", "wall", "stalled_s", "groups": [{"name", "desc", "ranks", "collective",
+"p2p", "completed"}]} with each of the last three None or {"seq", "op", "ago_s"}.
+
+Within one process group every member numbers its collectives alike, so at a hang:
+  lagging    a member whose last collective is older than its peers' never entered the
+             one they wait in ("rank 5 never entered all_reduce #1234 of group dp-3").
+  missing    a member with no snapshot (stopped, dead, or its watchdog could not write)
+             while the others wait in the group's newest collective.
+  desync     members at the same sequence number entered different ops.
+A rank that holds one group may itself wait in another group held by someone else; the
+answer names the ranks at the end of such chains first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Mapping, Optional
+
+LAGGING, MISSING, DESYNC, NONE = "lagging", "missing", "desync", "none"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One group held: kind (LAGGING, MISSING, DESYNC), the holding rank (-1 for a desync),
+    the group's label and ranks, the op and sequence number the others wait in, how many
+    wait and the least of their waits (s), the holder's last completed op (text) and the
+    ranks per op for a desync."""
+
+    kind: str
+    rank: int
+    group: str
+    group_ranks: tuple[int, ...]
+    op: str
+    seq: int
+    waiting: tuple[int, ...]
+    waited_s: float
+    last_completed: str = ""
+    ops_by_rank: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        where = f"group {self.group} (ranks {compact(self.group_ranks)})"
+        others = f"the other {len(self.waiting)} have waited {self.waited_s:.0f} s in it"
+        if self.kind == DESYNC:
+            ops = "; ".join(f"{op} on ranks {compact(r)}" for op, r in sorted(self.ops_by_rank.items()))
+            return f"desync in {where} at collective #{self.seq}: {ops}"
+        if self.kind == MISSING:
+            return (f"rank {self.rank} published no progress (stopped, dead or cut off) and never joined "
+                    f"{self.op} #{self.seq} of {where}; {others}")
+        return (f"rank {self.rank} never entered {self.op} #{self.seq} of {where}; {others}; rank {self.rank}'s "
+                f"last completed op: {self.last_completed or 'none seen'}")
+
+
+@dataclass(frozen=True)
+class HangAnswer:
+    """The findings, root causes first (holders not themselves waiting in another held
+    group), the ranks without a snapshot and the analysed step (the newest step ended)."""
+
+    findings: tuple[Finding, ...]
+    no_snapshot: tuple[int, ...]
+    step: int
+    stalled_s: float
+
+    @property
+    def kind(self) -> str:
+        return self.findings[0].kind if self.findings else NONE
+
+    def text(self) -> str:
+        """One paragraph for an operator."""
+        if not self.findings:
+            seen = f"; no snapshot from ranks {compact(self.no_snapshot)}" if self.no_snapshot else ""
+            return (f"no step ended for {self.stalled_s:.0f} s after step {self.step}, but no rank is behind its "
+                    f"peers in any timed process group (a stop outside collectives, or every rank waits in the "
+                    f"same one){seen}")
+        return "; ".join(f.describe() for f in self.findings)
+
+    def metrics(self) -> dict[str, Any]:
+        """straggler/hang/* (docs/METRICS.md): the first finding's fields and the answer text."""
+        f = self.findings[0] if self.findings else None
+        return {
+            "straggler/hang/detected": 1,
+            "straggler/hang/kind": self.kind,
+            "straggler/hang/rank": f.rank if f else -1,
+            "straggler/hang/group": f.group if f else "",
+            "straggler/hang/group_ranks": compact(f.group_ranks) if f else "",
+            "straggler/hang/op": f.op if f else "",
+            "straggler/hang/seq": f.seq if f else -1,
+            "straggler/hang/waiting_ranks": len(f.waiting) if f else 0,
+            "straggler/hang/waited_s": f.waited_s if f else 0.0,
+            "straggler/hang/last_completed": f.last_completed if f else "",
+            "straggler/hang/no_snapshot_ranks": compact(self.no_snapshot),
+            "straggler/hang/stalled_s": self.stalled_s,
+            "straggler/hang/step": self.step,
+            "straggler/hang/answer": self.text(),
+        }
+
+
+def compact(ranks: Iterable[int]) -> str:
+    """"4-7", "0,2,5-6": sorted ranks with runs collapsed ("" for none)."""
+    rs = sorted(set(ranks))
+    parts, i = [], 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def label(group: Mapping[str, Any]) -> str:
+    """A group's name for people: its description when torch has one, else its c10d name."""
+    desc = group.get("desc") or ""
+    return desc if desc and desc != "undefined" else str(group["name"])
+
+
+def diagnose(snapshots: Mapping[int, Mapping[str, Any]], ranks: Iterable[int],
+             now: Optional[float] = None) -> HangAnswer:
+    """Compares the snapshots of `ranks` (global ranks; missing keys: no snapshot) and
+    returns the answer. now: the wall time (s) of the answer; waits then count up to it
+    from each snapshot's "wall" (default: as of each snapshot). Raises KeyError / TypeError
+    on a snapshot without the fields above."""
+    expected = sorted(set(ranks))
+    no_snapshot = tuple(r for r in expected if r not in snapshots)
+    groups: dict[str, dict[str, Any]] = {}  # name -> {"label", "ranks", "by_rank": {rank: group entry}}
+    for rank, snap in snapshots.items():
+        for g in snap["groups"]:
+            info = groups.setdefault(g["name"], {"label": label(g), "ranks": tuple(g["ranks"]), "by_rank": {}})
+            info["by_rank"][rank] = g
+    current = {rank: _current_group(snap) for rank, snap in snapshots.items()}
+    findings: list[Finding] = []
+    passed: dict[tuple[int, str], int] = {}  # (rank, group): its last collective there, which every peer passed
+    aged = {r: max(now - float(s["wall"]), 0.0) if now is not None else 0.0 for r, s in snapshots.items()}
+    for name, info in sorted(groups.items()):
+        findings += _group_findings(name, info, no_snapshot, current, passed, aged)
+    findings = [_with_last_completed(f, snapshots, groups, passed) for f in findings]
+    step = max((int(s["step"]) for s in snapshots.values()), default=-1)
+    stalled = max((float(s["stalled_s"]) for s in snapshots.values()), default=0.0)
+    return HangAnswer(tuple(_roots_first(findings)), no_snapshot, step, stalled)
+
+
+def _current_group(snap: Mapping[str, Any]) -> Optional[str]:
+    """The group of the collective this rank entered last (where a blocked rank blocks), or
+    None when its last op was a send / recv or it entered none."""
+    best: Optional[tuple[float, Optional[str]]] = None
+    for g in snap["groups"]:
+        for kind in ("collective", "p2p"):
+            e = g[kind]
+            if e and (best is None or e["ago_s"] < best[0]):
+                best = (e["ago_s"], g["name"] if kind == "collective" else None)
+    return best[1] if best else None
+
+
+def _group_findings(name: str, info: dict[str, Any], no_snapshot: tuple[int, ...], current: dict[int, Optional[str]],
+                    passed: dict[tuple[int, str], int], aged: dict[int, float]) -> list[Finding]:
+    by_rank = info["by_rank"]
+    seq = {r: (g["collective"] or {}).get("seq", 0) for r, g in by_rank.items()}
+    top = max(seq.values(), default=0)
+    if top == 0:
+        return []
+    at_top = sorted(r for r, s in seq.items() if s == top)
+    behind = sorted(r for r, s in seq.items() if s < top)
+    for r in behind:
+        passed[(r, name)] = seq[r]
+    # Members at the newest collective that have entered nothing since: they wait in it.
+    waiting = tuple(r for r in at_top if current.get(r) == name)
+    if not waiting:
+        return []  # everyone here went on to other work: this group holds nobody
+    ops: dict[str, list[int]] = {}
+    for r in at_top:
+        ops.setdefault(by_rank[r]["collective"]["op"], []).append(r)
+    waited = min(by_rank[r]["collective"]["ago_s"] + aged[r] for r in waiting)
+    base = dict(group=info["label"], group_ranks=info["ranks"], seq=top, waiting=waiting, waited_s=waited)
+    out = []
+    if len(ops) > 1:
+        out.append(Finding(kind=DESYNC, rank=-1, op="/".join(sorted(ops)), **base,
+                           ops_by_rank={op: tuple(rs) for op, rs in ops.items()}))
+    op = max(sorted(ops), key=lambda o: len(ops[o]))  # the op most members entered
+    out += [Finding(kind=LAGGING, rank=r, op=op, **base) for r in behind]
+    out += [Finding(kind=MISSING, rank=r, op=op, **base) for r in info["ranks"] if r in no_snapshot]
+    return out
+
+
+def _with_last_completed(f: Finding, snapshots: Mapping[int, Mapping[str, Any]], groups: dict[str, dict[str, Any]],
+                         passed: dict[tuple[int, str], int]) -> Finding:
+    """The holder's most recent completed op over its groups: seen completed by its own
+    wrapper, or a collective its peers have passed."""
+    if f.kind != LAGGING:
+        return f
+    best: Optional[tuple[float, str]] = None
+    for g in snapshots[f.rank]["groups"]:
+        where = f"of group {groups[g['name']]['label']}"
+        candidates = []
+        if g["completed"]:
+            c = g["completed"]
+            candidates.append((c["ago_s"], f"{c['op']} #{c['seq']} {where}"))
+        e = g["collective"]
+        if e and passed.get((f.rank, g["name"])) == e["seq"]:
+            candidates.append((e["ago_s"], f"{e['op']} #{e['seq']} {where}"))
+        for c in candidates:
+            if best is None or c[0] < best[0]:
+                best = c
+    return f if best is None else replace(f, last_completed=best[1])
+
+
+def _roots_first(findings: list[Finding]) -> list[Finding]:
+    """Findings whose holder does not itself wait in another held group first, then by the
+    longest wait; a desync ranks with the roots."""
+    waiting_elsewhere = {r for f in findings for r in f.waiting}
+    return sorted(findings, key=lambda f: (f.rank in waiting_elsewhere and f.kind != DESYNC, -f.waited_s, f.rank))

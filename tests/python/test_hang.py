@@ -1,0 +1,288 @@
+"""When the job stops: the rank and the collective that hold it (relax_straggler.hang).
+
+The comparison itself on hand-built snapshots, the watchdog with a channel in memory, the
+counters of the collective layer, then on 4 Gloo ranks: one rank stops before a world
+all_reduce (sleeping, or SIGSTOPped when it is the metrics rank) while the analyzer's side
+group waits for its row; the answer must name it within hang-seconds + 10 s, and the run
+must still be killable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+from relax_straggler.hang import DESYNC, LAGGING, MISSING, NONE, compact, diagnose
+
+WORKER = REPO / "tests" / "python" / "workers" / "hang_stop.py"
+HANG_S = 3.0  # the worker's --straggler-hang-seconds
+
+
+def entry(seq, op="all_reduce", ago=10.0):
+    return {"seq": seq, "op": op, "ago_s": ago}
+
+
+def snap(rank, groups, step=41, stalled=12.0):
+    return {"rank": rank, "step": step, "wall": 0.0, "stalled_s": stalled, "groups": groups}
+
+
+def group(name, ranks, collective=None, p2p=None, completed=None, desc=""):
+    return {"name": name, "desc": desc, "ranks": list(ranks), "collective": collective, "p2p": p2p,
+            "completed": completed}
+
+
+def test_compact_collapses_runs():
+    assert compact([7, 4, 5, 6]) == "4-7"
+    assert compact([0, 2, 5, 6]) == "0,2,5-6"
+    assert compact([]) == ""
+
+
+def test_the_rank_that_never_entered_is_named_with_its_last_completed_op():
+    world = range(4, 8)
+    snaps = {r: snap(r, [group("3", world, entry(1234, ago=88.0 + r), desc="dp-3"),
+                         group("9", (r, r + 8), p2p=entry(881, "send", 120.0), desc="pp-1")]) for r in world if r != 5}
+    snaps[5] = snap(5, [group("3", world, entry(1233, ago=100.0), desc="dp-3"),
+                        group("9", (5, 13), p2p=entry(881, "send", 99.0),
+                              completed=entry(881, "send", 98.0), desc="pp-1")])
+    answer = diagnose(snaps, world)
+    assert answer.kind == LAGGING
+    f = answer.findings[0]
+    assert (f.rank, f.op, f.seq, f.group, f.waiting) == (5, "all_reduce", 1234, "dp-3", (4, 6, 7))
+    assert f.waited_s == pytest.approx(92.0)  # the least wait of the three
+    assert f.last_completed == "send #881 of group pp-1"  # newer than all_reduce #1233
+    assert f.describe() == ("rank 5 never entered all_reduce #1234 of group dp-3 (ranks 4-7); the other 3 have "
+                            "waited 92 s in it; rank 5's last completed op: send #881 of group pp-1")
+    m = answer.metrics()
+    assert (m["straggler/hang/rank"], m["straggler/hang/group_ranks"], m["straggler/hang/seq"]) == (5, "4-7", 1234)
+
+
+def test_a_rank_without_a_snapshot_is_named_missing():
+    snaps = {r: snap(r, [group("0", range(4), entry(7, ago=20.0), desc="default_pg")]) for r in (1, 2, 3)}
+    answer = diagnose(snaps, range(4), now=5.0)  # the snapshots were written at wall 0
+    assert answer.findings[0].waited_s == pytest.approx(25.0)
+    assert answer.no_snapshot == (0,)
+    assert answer.kind == MISSING
+    assert (answer.findings[0].rank, answer.findings[0].seq, answer.findings[0].waiting) == (0, 7, (1, 2, 3))
+
+
+def test_different_ops_at_one_sequence_number_are_a_desync():
+    snaps = {r: snap(r, [group("0", range(4), entry(12, "all_gather" if r == 3 else "all_reduce"))]) for r in range(4)}
+    answer = diagnose(snaps, range(4))
+    assert answer.kind == DESYNC
+    assert dict(answer.findings[0].ops_by_rank) == {"all_reduce": (0, 1, 2), "all_gather": (3,)}
+    assert "all_gather on ranks 3" in answer.text()
+
+
+def test_the_end_of_a_chain_is_named_first():
+    # Rank 1 holds group A (0, 1) but itself waits in group B (1, 2), held by rank 2.
+    snaps = {0: snap(0, [group("A", (0, 1), entry(5, ago=50.0))]),
+             1: snap(1, [group("A", (0, 1), entry(4, ago=60.0)), group("B", (1, 2), entry(9, ago=40.0))]),
+             2: snap(2, [group("B", (1, 2), entry(8, ago=45.0))])}
+    answer = diagnose(snaps, range(3))
+    assert [(f.rank, f.group) for f in answer.findings] == [(2, "B"), (1, "A")]
+
+
+def test_a_group_everyone_left_holds_nobody():
+    # Every rank went on to group B after A: A's equal sequence numbers are no hang.
+    snaps = {r: snap(r, [group("A", range(2), entry(3, ago=30.0)), group("B", range(2), entry(6, ago=5.0))])
+             for r in range(2)}
+    answer = diagnose(snaps, range(2))
+    assert answer.kind == NONE and answer.findings == ()
+    assert "no rank is behind" in answer.text()
+
+
+# 4 Gloo ranks --------------------------------------------------------------------------
+def run_until_answer(tmp_path, stop_rank: int, how: str) -> tuple[dict, float, str]:
+    """Starts the worker, waits for the hang answer in the JSONL, kills the run; returns
+    (the answer's metrics, s from the stop to the answer, the console output)."""
+    jsonl, stopped = tmp_path / "straggler.jsonl", tmp_path / "stopped"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(WORKER),
+           str(stop_rank), how, str(tmp_path)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    log = open(tmp_path / "out.txt", "w+")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        answer, seen = None, None
+        deadline = time.monotonic() + 75
+        while answer is None and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            if jsonl.exists():
+                for line in jsonl.read_text().splitlines():
+                    metrics = json.loads(line)["metrics"]
+                    if "straggler/hang/answer" in metrics:
+                        answer, seen = metrics, time.time()
+        assert answer is not None, f"no hang answer (exit {proc.poll()}):\n{(tmp_path / 'out.txt').read_text()[-4000:]}"
+        wall, pid = stopped.read_text().split()
+        delay = seen - float(wall)
+        # Interruptible: SIGTERM to the launcher ends the run (a SIGSTOPped rank sees it once continued).
+        os.kill(int(pid), signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log.close()
+    return answer, delay, (tmp_path / "out.txt").read_text()
+
+
+def test_a_rank_that_stops_before_an_all_reduce_is_named(tmp_path):
+    m, delay, out = run_until_answer(tmp_path, stop_rank=2, how="sleep")
+    assert delay <= HANG_S + 10, delay
+    assert (m["straggler/hang/kind"], m["straggler/hang/rank"], m["straggler/hang/op"]) == (LAGGING, 2, "all_reduce")
+    assert (m["straggler/hang/group"], m["straggler/hang/group_ranks"]) == ("default_pg", "0-3")
+    assert m["straggler/hang/seq"] == 6  # the 6th world all_reduce: steps 0-4 ran 5
+    assert m["straggler/hang/waiting_ranks"] == 3
+    assert m["straggler/hang/waited_s"] >= HANG_S - 1
+    # Step 4 was sampled: the wrapper saw its pair all_reduce end, after the world one.
+    assert m["straggler/hang/last_completed"] == "all_reduce #5 of group pair-1"
+    assert m["straggler/hang/no_snapshot_ranks"] == ""
+    assert "[straggler] HANG after step 4: rank 2 never entered all_reduce #6 of group default_pg" in out
+
+
+def test_a_stopped_metrics_rank_is_named_by_another_rank(tmp_path):
+    m, delay, out = run_until_answer(tmp_path, stop_rank=0, how="sigstop")
+    assert delay <= HANG_S + 10, delay
+    assert (m["straggler/hang/kind"], m["straggler/hang/rank"], m["straggler/hang/op"]) == (MISSING, 0, "all_reduce")
+    assert (m["straggler/hang/group"], m["straggler/hang/seq"]) == ("default_pg", 6)
+    assert m["straggler/hang/no_snapshot_ranks"] == "0"
+    assert m["straggler/hang/waiting_ranks"] == 3
+    assert "[straggler] HANG after step 4: rank 0 published no progress" in out
+    assert m["straggler/hang/waited_s"] >= HANG_S + 1  # counted up to the answer, after collect_s
+
+
+# The watchdog on its own, with a channel in memory --------------------------------------
+class MemoryChannel:
+    """StoreChannel's interface over a dict; put_snapshot raises when `fail` is set."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.data, self.answers, self.puts, self.deletes, self.fail = {}, [], 0, 0, fail
+
+    def put_snapshot(self, rank, snapshot):
+        self.puts += 1
+        if self.fail:
+            raise RuntimeError("store unreachable")
+        self.data[rank] = snapshot
+
+    def delete_snapshot(self, rank):
+        self.deletes += 1
+        self.data.pop(rank, None)
+
+    def snapshots(self, ranks):
+        return {r: s for r, s in self.data.items() if r in ranks}
+
+    def put_answer(self, answer):
+        self.answers.append(answer)
+
+
+def watchdog(channel, steps, answers, hang_s=0.3, rank=0):
+    from relax_straggler.hang.watchdog import HangWatchdog
+
+    progress = [group("0", (0,), entry(3, ago=1.0), desc="default_pg")]
+    return HangWatchdog(rank=rank, ranks=[0], metrics_rank=0, hang_s=hang_s, steps=lambda: steps[0],
+                        progress=lambda: progress, channel=channel, publish=answers.append, poll_s=0.05,
+                        collect_s=0.1)
+
+
+def test_a_job_that_keeps_stepping_publishes_nothing():
+    channel, steps, answers = MemoryChannel(), [1], []
+    w = watchdog(channel, steps, answers).start()
+    try:
+        for _ in range(20):  # 1 s of steps every 50 ms, each well under hang_s
+            time.sleep(0.05)
+            steps[0] += 1
+    finally:
+        w.stop()
+    assert (channel.puts, answers) == (0, [])
+
+
+def test_one_answer_per_hang_and_the_snapshot_goes_when_steps_resume():
+    channel, steps, answers = MemoryChannel(), [3], []
+    w = watchdog(channel, steps, answers).start()
+    try:
+        deadline = time.monotonic() + 10
+        while not answers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # more polls in the same hang: no second answer
+        assert len(answers) == 1 and channel.puts == 1
+        assert answers[0].step == 2 and len(channel.answers) == 1
+        steps[0] += 1  # training resumes
+        deadline = time.monotonic() + 10
+        while channel.deletes == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert channel.data == {}
+    finally:
+        w.stop()
+
+
+def test_a_store_that_fails_is_given_up_for_the_hang_and_stop_is_prompt():
+    channel, steps, answers = MemoryChannel(fail=True), [2], []
+    w = watchdog(channel, steps, answers).start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    w.stop()
+    assert time.monotonic() - t0 < 1.0
+    assert channel.puts == 1 and answers == []
+
+
+def test_an_unreachable_store_fails_within_its_timeout():
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+
+    from relax_straggler.hang.channel import StoreChannel
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    channel = StoreChannel(lambda: dist.TCPStore("127.0.0.1", port, is_master=False,
+                                                 timeout=datetime.timedelta(seconds=1), wait_for_workers=False),
+                           "relax_straggler/hang/test/0/")
+    t0 = time.monotonic()
+    with pytest.raises(Exception):
+        channel.put_snapshot(0, {"rank": 0})
+    assert time.monotonic() - t0 < 10
+
+
+PROGRESS_SCRIPT = """
+import json, sys, torch, torch.distributed as dist
+from relax_straggler._ext import ext
+from relax_straggler.collectives import CollectiveLayer
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+timer = ext().StageTimer(14, 2, 0, 64, False)
+layer = CollectiveLayer(timer, [0], exclude=[])
+out = {"before": layer.progress()}
+x = torch.ones(4)
+timer.begin_step(1)  # not sampled: entries counted, an async op's end not seen
+dist.all_reduce(x); dist.all_reduce(x)
+out["unsampled"] = layer.progress()
+timer.begin_step(2)  # sampled: the end is seen
+dist.broadcast(x, 0); dist.barrier()
+timer.end_step()
+out["sampled"] = layer.progress()
+layer.restore()
+print(json.dumps(out))
+"""
+
+
+def test_the_collective_layer_counts_every_op_entered_and_sees_sampled_ends():
+    proc = subprocess.run([sys.executable, "-c", PROGRESS_SCRIPT], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    (g,) = out["before"]
+    assert (g["name"], g["desc"], g["ranks"], g["collective"], g["completed"]) == ("0", "default_pg", [0], None, None)
+    (g,) = out["unsampled"]
+    assert (g["collective"]["seq"], g["collective"]["op"], g["completed"]) == (2, "all_reduce", None)
+    (g,) = out["sampled"]
+    assert (g["collective"]["seq"], g["collective"]["op"]) == (4, "barrier")
+    assert (g["completed"]["seq"], g["completed"]["op"]) == (4, "barrier")
+    assert g["p2p"] is None and 0 <= g["collective"]["ago_s"] < 30
