@@ -28,9 +28,14 @@ def test_injected_forward_delay_names_rank_2(run_demo):
         # Peers wait for rank 2 in the gradient all-reduce: it arrives last.
         assert m["straggler/communication/top_rank"] == 2, r
     # Backward is compute only: the wait is not in it, so the verdict confirms rank 2 in
-    # forward and nobody in backward (the per-step rule alone flags 1 ms jitter there).
+    # forward and no other rank in backward (the per-step rule alone flags 1 ms jitter
+    # there). Rank 2's own backward runs cold after its 30 ms sleep (~0.7 ms slower, 2 % of
+    # the step: at the impact bar), so it may be named there too, never as the headline.
     assert {(2, "forward")} <= confirmed(reports[-1])
-    assert not any(stage == "backward" for r in reports for _, stage in confirmed(r))
+    others = [(r["step"], rank) for r in reports for rank, stage in confirmed(r) if stage == "backward" and rank != 2]
+    assert others == [], others
+    assert all(r["metrics"]["straggler/verdict/stage"] == "forward" for r in reports
+               if r["metrics"]["straggler/verdict/status"] == "straggler"), [r["verdict"] for r in reports]
     # The opt-in window ensemble runs on every 5th report over the last 10.
     windows = [r["metrics"] for r in reports if "straggler/window/anomaly_ranks" in r["metrics"]]
     assert len(windows) == 3
