@@ -144,6 +144,9 @@ def comparison_groups(groups: np.ndarray, step: int) -> Optional[np.ndarray]:
     return groups if distinct > 1 else None
 
 
+MIN_COMPUTE_MS = 1e-3  # the compute time of a section that was all wait, ms
+
+
 def drifted_ranks(forward_passes: np.ndarray, metrics_rank: int) -> np.ndarray:
     """(ranks,) bool: ranks whose training forward passes so far differ from their peers'
     (the most common count; on a tie, the metrics rank's). A rank that skipped an optimizer
@@ -167,6 +170,10 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     # on a collective is taken out (docs/ARCHITECTURE.md invariant 8).
     compute = np.array([not is_communication(s) for s in STAGES])
     device_ms = gathered.device_ms - np.where(compute, np.nan_to_num(gathered.waited_ms), 0.0)
+    # A section that was all wait (a fast rank blocked inside it on a slow peer) ran: its
+    # compute is ~0, not "not run", which the engine reads 0 and below as (step_matrix.h).
+    ran_all_wait = (gathered.device_ms > 0) & ~(device_ms > 0)
+    device_ms[ran_all_wait] = MIN_COMPUTE_MS
     mismatched = gathered.steps != step
     drifted = drifted_ranks(gathered.forward_passes, metrics_rank)
     if drifted.any():

@@ -104,3 +104,20 @@ def test_install_fails_fast_without_the_engine_extension(monkeypatch):
     with pytest.raises(ImportError, match="_core is not built"):
         relax_straggler.install(torch.nn.Linear(2, 2), None)
     assert not analyzer_module._ACTIVE
+
+
+def test_a_section_that_was_all_wait_ran_and_computes_next_to_nothing():
+    # Rank 0 is blocked inside its forward for the whole section on the slow rank 1 (e.g. a
+    # token-count all-reduce inside Megatron's forward step): its compute is ~0, and rank 1
+    # is the straggler against it, not the only rank that ran forward.
+    rows = []
+    for rank, (forward, waited) in enumerate(((40.0, 40.0), (120.0, 0.0))):
+        device = np.full(len(STAGES), np.nan)
+        device[FORWARD], device[BACKWARD] = forward, 50.0
+        wait = np.zeros(len(STAGES))
+        wait[FORWARD] = waited
+        rows.append(pack(5, np.nan, rank, device, device, wait, np.ones(len(STAGES)), ()))
+    r = build_report(unpack(np.stack(rows)), 5, CONFIG, 0, {})
+    assert r.stragglers["forward"] == (1,), r.hints
+    assert r.metrics["straggler/forward/local_ms"] == report_module.MIN_COMPUTE_MS
+    assert r.metrics["straggler/unusable_times"] == 0
