@@ -218,8 +218,8 @@ def run(args: argparse.Namespace) -> int:
     statuses = [status(tool, f) for f in files]
     for s in statuses:
         log.info("%-40s %s%s", s.path.name, s.state.value, f" (upstream {s.upstream})" if s.upstream else "")
-        if s.detail:
-            log.info("  %s", s.detail.replace("\n", "\n  "))
+        if s.detail:  # why a patch does not apply: as loud as the verdict it leads to
+            (log.error if s.state is State.CONFLICTS else log.info)("  %s", s.detail.replace("\n", "\n  "))
     states = {s.state for s in statuses}
     if State.CONFLICTS in states:
         log.error("%s: %d of %d patches do not apply to %s (see above); nothing changed",
@@ -238,14 +238,14 @@ def run(args: argparse.Namespace) -> int:
                       args.target, "are applied to" if applied else "apply to", root,
                       "--revert takes them out" if applied else "nothing changed")
             return 1
+    if len(states) > 1:  # some applied, some not: neither checking nor applying can pass
+        log.error("%s: only some patches are applied; revert them first (--revert)", args.target)
+        return 1
     if args.check:
         return 0
     if states == {State.APPLIED}:
         log.info("%s: every patch is already applied", args.target)
         return 0
-    if State.APPLIED in states:
-        log.error("%s: only some patches are applied; revert them first (--revert)", args.target)
-        return 1
     return _apply(tool, [s.path for s in statuses], reverse=False, what="applied", nothing="")
 
 

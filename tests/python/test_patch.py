@@ -80,6 +80,9 @@ def test_partly_applied_is_refused_and_revertible(tmp_path, caplog):
     original = fixture_tree(tmp_path, "relax")
     first = min((PATCHES / "relax").glob("*.patch"))
     subprocess.run(["git", "apply", str(first)], cwd=tmp_path, check=True)
+    assert run("relax", str(tmp_path), "--check") == 1  # what applying would answer
+    assert "only some patches are applied" in caplog.text
+    caplog.clear()
     assert run("relax", str(tmp_path)) == 1
     assert "only some patches are applied" in caplog.text
     assert run("relax", str(tmp_path), "--revert") == 0
