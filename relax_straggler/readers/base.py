@@ -43,6 +43,9 @@ MAX_KEPT_PROBLEMS = 200
 # int32 in the what-if records (-1: none).
 MAX_STEP = (1 << 63) - 1
 MAX_SMALL_ID = (1 << 31) - 1
+# Longest time a record may give, s (~3,000 years): beyond it no clock wrote it, and an
+# analysis would print it as a 300-digit result.
+MAX_TIME_S = 1e11
 
 # The analysis is dense: every step costs O(world) whatever the input recorded. A few
 # corrupt step or rank ids could so turn a small file into hours of work; an input may

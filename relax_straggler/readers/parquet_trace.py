@@ -9,8 +9,9 @@ with pyarrow, so memory does not grow with the file (op_trace.py).
 Each row's dp_rank and stage place its rank; the layout follows from the records
 (readers/layout.py), so any rank order and context / sequence-data parallel ranks work.
 
-Row problems, each reported with its 1-based row number: NaN or negative durations,
-NaN or negative start times, null optypes, ids that are null, not integers or out of range
+Row problems, each reported with its 1-based row number: NaN, negative or absurd (beyond
+MAX_TIME_S) durations and start times,
+null optypes, ids that are null, not integers or out of range
 (dp_rank, stage, rank below MAX_WORLD_SIZE; step in int64; seq_id, mc, mb_id -1 or in
 int32), ids outside the declared layout, a rank that changes its (dp_rank, stage),
 duplicate rows (same rank, step, optype, seq_id, mc), unknown op names. A column of any
@@ -26,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, InputError, Problems, StepTimes, check_dense
+from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes, check_dense
 from relax_straggler.readers.layout import out_of_bounds, resolve_layout
 from relax_straggler.readers.op_records import OpCollector, OpRecords
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology
@@ -180,12 +181,12 @@ class ParquetTraceReader:
             indices = indices.fill_null(0)
         codes = indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
-        bad = valid & (~np.isfinite(duration_ms) | (duration_ms < 0))
-        self._bad_rows(bad, first_row, "duration must be a finite number >= 0 seconds", "bad_value")
+        bad = valid & ~((duration_ms >= 0) & (duration_ms <= MAX_TIME_S * 1e3))
+        self._bad_rows(bad, first_row, f"duration must be a number of seconds in [0, {MAX_TIME_S:g}]", "bad_value")
         valid &= ~bad
         if start_ms is not None:
-            bad = valid & ~(np.isfinite(start_ms) & (start_ms >= 0))
-            self._bad_rows(bad, first_row, "start_ts must be a finite number >= 0 seconds", "bad_value")
+            bad = valid & ~((start_ms >= 0) & (start_ms <= MAX_TIME_S * 1e3))
+            self._bad_rows(bad, first_row, f"start_ts must be a number of seconds in [0, {MAX_TIME_S:g}]", "bad_value")
             valid &= ~bad
         dp = self._ids(batch, "dp_rank", valid, first_row)
         pp = self._ids(batch, "stage", valid, first_row)

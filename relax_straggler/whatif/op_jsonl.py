@@ -6,8 +6,8 @@ the readers do with their rows.
 
 Line problems: invalid JSON (or nested too deep), not UTF-8, a missing field, an id that is
 not an integer in range (dp_rank, stage, rank below MAX_WORLD_SIZE, step in int64, seq_id
-in int32, microbatch / chunk -1 or in int32), a time that is not a finite number (strings
-of digits included) or a negative duration, an unknown op name (reported once, every line
+in int32, microbatch / chunk -1 or in int32), a time that is not a number (strings of
+digits included) within MAX_TIME_S or a negative duration, an unknown op name (reported once, every line
 counted), a line repeating the op of an earlier one.
 """
 
@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.readers import OpRecords, Problems
-from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, finite_number, parse_json_int, short_repr
+from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, finite_number, parse_json_int, short_repr
 from relax_straggler.readers.megatron_names import timer_target
 from relax_straggler.topology import MAX_WORLD_SIZE
 from relax_straggler.whatif.errors import WhatIfInputError
@@ -95,10 +95,12 @@ class OpJsonlSource:
                 return self._bad(line, f"{name}: {what}")
             ids[name] = v
         start, duration = finite_number(o.get("start_s")), finite_number(o.get("duration_s"))
-        if start is None:
-            return self._bad(line, f"start_s: {short_repr(o.get('start_s'))} is not a finite number of seconds")
-        if duration is None or duration < 0:
-            return self._bad(line, f"duration_s: {short_repr(o.get('duration_s'))} is not a finite number >= 0 seconds")
+        if start is None or abs(start) > MAX_TIME_S:
+            return self._bad(line, f"start_s: {short_repr(o.get('start_s'))} is not a number of seconds in "
+                                   f"[-{MAX_TIME_S:g}, {MAX_TIME_S:g}]")
+        if duration is None or not 0 <= duration <= MAX_TIME_S:
+            return self._bad(line, f"duration_s: {short_repr(o.get('duration_s'))} is not a number of seconds in "
+                                   f"[0, {MAX_TIME_S:g}]")
         optype = o.get("optype")
         if not isinstance(optype, str):
             return self._bad(line, f"optype: {short_repr(optype)} is not an op name")
