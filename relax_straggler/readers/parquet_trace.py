@@ -10,10 +10,9 @@ Each row's dp_rank and stage place its rank; the layout follows from the records
 (readers/layout.py), so any rank order and context / sequence-data parallel ranks work.
 
 Row problems, each reported with its 1-based row number: NaN, negative or absurd (beyond
-MAX_TIME_S) durations and start times,
-null optypes, ids that are null, not integers or out of range
-(dp_rank, stage, rank below MAX_WORLD_SIZE; step in int64; seq_id, mc, mb_id -1 or in
-int32), ids outside the declared layout, a rank that changes its (dp_rank, stage),
+MAX_TIME_S) durations and start times, null optypes, ids that are null, not integers or out
+of range (dp_rank, stage, rank below MAX_WORLD_SIZE; step in int64; seq_id, mc, mb_id -1 or
+in int32), ids outside the declared layout, a rank that changes its (dp_rank, stage),
 duplicate rows (same rank, step, optype, seq_id, mc), unknown op names. A column of any
 type but integer or floating point (numbers as strings too) refuses the file.
 """
