@@ -209,6 +209,9 @@ def confirmed(ms: np.ndarray) -> Answers:
 
 
 def detectors() -> dict[str, Callable]:
+    """Each detector, by its table name: all run the product's own code (judge_step at the
+    peers' thresholds for the per-step baselines, WindowDetector, ConfirmedVerdict with the
+    defaults install() uses); the benchmark adds only the data and the scoring."""
     all_stages = tuple(range(len(STAGES)))
     return {
         "RFC threshold (mean x1.2)": per_step(1.2, 5.0, 1.0, "mean", all_stages),

@@ -38,25 +38,25 @@ def _own(scope: Scope) -> Iterator[ast.AST]:
     """The nodes of `scope` itself: not those inside the scopes it contains (whose names,
     default values and decorators aside, belong to those scopes)."""
     if isinstance(scope, _COMPREHENSIONS):
-        todo: list[ast.AST] = [g for g in scope.generators]
-        todo += [scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt]
+        pending: list[ast.AST] = [g for g in scope.generators]
+        pending += [scope.key, scope.value] if isinstance(scope, ast.DictComp) else [scope.elt]
     elif isinstance(scope, ast.Lambda):
-        todo = [scope.body]
+        pending = [scope.body]
     else:
-        todo = list(scope.body)
-    while todo:
-        node = todo.pop()
+        pending = list(scope.body)
+    while pending:
+        node = pending.pop()
         yield node
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            todo += node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            pending += node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
         elif isinstance(node, ast.ClassDef):
-            todo += node.decorator_list + node.bases + [k.value for k in node.keywords]
+            pending += node.decorator_list + node.bases + [k.value for k in node.keywords]
         elif isinstance(node, ast.Lambda):
-            todo += node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+            pending += node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
         elif isinstance(node, _COMPREHENSIONS):
-            todo.append(node.generators[0].iter)  # the first iterable is evaluated outside
+            pending.append(node.generators[0].iter)  # the first iterable is evaluated outside
         else:
-            todo.extend(ast.iter_child_nodes(node))
+            pending.extend(ast.iter_child_nodes(node))
 
 
 def _bound(scope: Scope) -> Optional[set[str]]:

@@ -14,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import relax_straggler
+from gathered import write_every_rank  # beside this file
 from relax_straggler import StragglerConfig
 
 # step -> the command rank 0 writes before that step.
@@ -48,11 +49,7 @@ def main() -> None:
         losses.append(loss.item().hex())
     refused = analyzer.counters()["control_refused"] if observed else 0
     analyzer.uninstall()
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"sampled": sampled, "losses": losses, "refused": refused})
-    if rank == 0:
-        with open(out, "w") as fh:
-            json.dump(everyone, fh)
+    write_every_rank(out, {"sampled": sampled, "losses": losses, "refused": refused})
     gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 

@@ -11,8 +11,7 @@ import sys
 
 import torch
 
-from megatron_worker import (MICROBATCHES, TinyModel, batches, finish_pp2, forward_step,  # beside this file
-                             grads_finalize, start_pp2)
+from megatron_worker import TinyModel, finish_pp2, grads_finalize, megatron_step, start_pp2  # beside this file
 
 BASE_S = 0.020
 SLOW_RANK = 3
@@ -42,12 +41,7 @@ def main() -> None:
     for step in range(STEPS):
         if rank == SLOW_RANK and step == ONSET:
             model.delay_s = 1.2 * BASE_S
-        with analysis.train_step(step=step):
-            fb(forward_step_func=forward_step, data_iterator=batches(rank, step), model=model,
-               num_microbatches=MICROBATCHES, seq_length=8, micro_batch_size=2, forward_only=False)
-            with analysis.section("optimizer"):
-                opt.step()
-            opt.zero_grad()
+        megatron_step(analysis, fb, model, opt, rank, step, label=step)
     analysis.uninstall()
     if rank == 0:
         with open(out, "w") as fh:

@@ -155,10 +155,21 @@ def finish_pp2() -> None:
     dist.destroy_process_group()
 
 
-def batches(rank: int, step: int, d: int = 16) -> Iterator[torch.Tensor]:
-    """Microbatches of [seq 8, batch 2, hidden d], Megatron's sequence-first layout."""
+def batches(rank: int, step: int, d: int = 16, microbatches: int = MICROBATCHES) -> Iterator[torch.Tensor]:
     gen = torch.Generator().manual_seed(1000 * step + rank)
-    return iter([torch.randn(8, 2, d, generator=gen) for _ in range(MICROBATCHES)])
+    return iter([torch.randn(8, 2, d, generator=gen) for _ in range(microbatches)])
+
+
+def megatron_step(analysis: Any, fb: Callable[..., Any], model: nn.Module, opt: Any, rank: int, step: int,
+                  microbatches: int = MICROBATCHES, label: Any = None) -> None:
+    """One training step of the schedule `fb` on batches(rank, step) inside the adapter's
+    train_step scope, numbered `label` (None: the adapter counts)."""
+    with analysis.train_step(**({} if label is None else {"step": label})):
+        fb(forward_step_func=forward_step, data_iterator=batches(rank, step, microbatches=microbatches), model=model,
+           num_microbatches=microbatches, seq_length=8, micro_batch_size=2, forward_only=False)
+        with analysis.section("optimizer"):
+            opt.step()
+        opt.zero_grad()
 
 
 def train(analysis: Any, model: nn.Module, rank: int, after_step: Any = None) -> None:
@@ -167,12 +178,7 @@ def train(analysis: Any, model: nn.Module, rank: int, after_step: Any = None) ->
     fb = get_forward_backward_func()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(STEPS):
-        with analysis.train_step(step=100 + step):
-            fb(forward_step_func=forward_step, data_iterator=batches(rank, step), model=model,
-               num_microbatches=MICROBATCHES, seq_length=8, micro_batch_size=2, forward_only=False)
-            with analysis.section("optimizer"):
-                opt.step()
-            opt.zero_grad()
+        megatron_step(analysis, fb, model, opt, rank, step, label=100 + step)
         if after_step is not None:
             after_step()
 

@@ -5,7 +5,6 @@ Usage (under torchrun): no_sync.py OUTPUT_JSON STEPS INTERVAL"""
 
 import functools
 import gc
-import json
 import sys
 import threading
 
@@ -15,6 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import relax_straggler
+from gathered import write_every_rank  # beside this file
 from relax_straggler import StragglerConfig
 
 COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
@@ -69,11 +69,7 @@ def main() -> None:
         reads.append(analyzer.timer.read_points - before)
     analyzer.uninstall()
 
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"reads_per_step": reads, "collectives": collectives, "synchronize": syncs[0]})
-    if rank == 0:
-        with open(out, "w") as fh:
-            json.dump(everyone, fh)
+    write_every_rank(out, {"reads_per_step": reads, "collectives": collectives, "synchronize": syncs[0]})
     gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 

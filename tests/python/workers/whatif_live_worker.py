@@ -12,24 +12,19 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from megatron_worker import TinyModel, forward_step, megatron_on_cpu  # noqa: E402
+from megatron_worker import TinyModel, megatron_on_cpu, megatron_step  # noqa: E402
 
 STEPS = 7
 MICROBATCHES = 6
 BASE_S = 0.02
 SLOW_S = 0.06
 PHASES = {"slow1": 1, "slow0": 0, "even": None}
-
-
-def batches(rank: int, step: int, d: int = 16) -> Iterator[torch.Tensor]:
-    gen = torch.Generator().manual_seed(1000 * step + rank)
-    return iter([torch.randn(8, 2, d, generator=gen) for _ in range(MICROBATCHES)])
 
 
 def run_phase(slow_rank: Any, rank: int) -> list[dict]:
@@ -48,12 +43,7 @@ def run_phase(slow_rank: Any, rank: int) -> list[dict]:
     analysis = megatron.install(model, None, config=config, report_fn=lambda m, s: reports.append(m))
     fb = get_forward_backward_func()
     for step in range(STEPS):
-        with analysis.train_step():
-            fb(forward_step_func=forward_step, data_iterator=batches(rank, step), model=model,
-               num_microbatches=MICROBATCHES, seq_length=8, micro_batch_size=2, forward_only=False)
-            with analysis.section("optimizer"):
-                opt.step()
-            opt.zero_grad()
+        megatron_step(analysis, fb, model, opt, rank, step, microbatches=MICROBATCHES)
     analysis.uninstall()
     parallel_state.destroy_model_parallel()
     return reports
