@@ -57,10 +57,16 @@ class Contender:
         self._running: list[subprocess.Popen] = []
 
     def start(self) -> None:
+        """Returns once every process is pinned and spinning, so the contention starts at the
+        step that asked for it, not an interpreter start-up later."""
+        spin = f"import os; os.sched_setaffinity(0, {{{self.core}}}); os.write(1, b'r'); os.close(1)\nwhile True: pass"
         for _ in range(self.procs):
-            proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-            os.sched_setaffinity(proc.pid, {self.core})
+            proc = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
             self._running.append(proc)
+        for proc in self._running:
+            if proc.stdout.read(1) != b"r":
+                raise RuntimeError(f"Contender: busy process {proc.pid} exited before it started spinning")
+            proc.stdout.close()
 
     def stop(self) -> None:
         for proc in self._running:
