@@ -174,7 +174,7 @@ class Analyzer:
             # Given up at shutdown, the report thread stops waiting for a peer's row.
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size, release=self._gather.abandon)
         if config.hang_seconds > 0 and isinstance(self._gather, SideGroupGather) and self._gather.rank >= 0:
-            hang_sinks = [s for s in sinks if s is not self._summary and s is not self._store_sink] \
+            hang_sinks = [s for s in sinks if s is not self._summary] \
                 if self._gather.is_metrics_rank else None
             self._hang = _start_hang_watchdog(self, ranks, hang_sinks)
 

@@ -55,6 +55,8 @@ OUR_PREFIX = "straggler/"  # rows of a stage without a Megatron timer: straggler
 # Rows of the live confirmed verdict (relax_straggler.stores.verdict_rows): known, not a stage.
 VERDICT_METRIC = "straggler/verdict"
 FINDING_METRIC = "straggler/verdict/finding"
+# The row of a hang answer (relax_straggler.stores.hang_rows): known, not a stage.
+HANG_METRIC = "straggler/hang"
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def timer_meaning(name: str) -> Optional[TimerMeaning]:
     meaning = KNOWN_TIMERS.get(name)
     if meaning is not None:
         return meaning
-    if name in (VERDICT_METRIC, FINDING_METRIC):
+    if name in (VERDICT_METRIC, FINDING_METRIC, HANG_METRIC):
         return NOT_A_STAGE
     if name.startswith(OUR_PREFIX) and name[len(OUR_PREFIX):] in STAGE_IDS:
         return TimerMeaning(name[len(OUR_PREFIX):])

@@ -1,10 +1,11 @@
 """Delivers a hang answer to the report sinks as one Report whose metrics are
 straggler/hang/* (no stage rows), once per hang.
 
-On the metrics rank the analyzer's own sinks get it (console, JSONL, the user's callback;
-the run summary and the metrics store sink do not: it is no sampled step). A rank that
-answers for a stopped metrics rank has no sinks of its own: it opens the configured
-console and JSONL sinks for the answer and closes them after.
+On the metrics rank the analyzer's own sinks get it (console, JSONL, the metrics store,
+the user's callback; the run summary does not: it is no sampled step). A rank that answers
+for a stopped metrics rank has no sinks of its own: it opens the configured console, JSONL
+and store sinks for the answer and closes them after (the store's write bounded by
+STORE_CLOSE_S).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from relax_straggler.config import StragglerConfig
 from relax_straggler.hang.diagnose import HangAnswer
 from relax_straggler.report import Report
 from relax_straggler.reporters import ConsoleSink, JsonlSink
+from relax_straggler.reporters.store_sink import StoreSink
 
 log = logging.getLogger(__name__)
+
+STORE_CLOSE_S = 10.0  # the longest a stand-in waits for the store to take the answer
 
 
 def hang_report(answer: HangAnswer) -> Report:
@@ -30,8 +34,8 @@ def hang_report(answer: HangAnswer) -> Report:
 
 
 class HangPublisher:
-    """sinks: the metrics rank's sinks, or None on another rank (the configured console and
-    JSONL sinks are then opened per answer). A sink that raises is logged; the others
+    """sinks: the metrics rank's sinks, or None on another rank (the configured console,
+    JSONL and store sinks are then opened per answer). A sink that raises is logged; the others
     still get the answer. Called on the watchdog thread."""
 
     def __init__(self, sinks: Optional[list[Any]], config: StragglerConfig) -> None:
@@ -46,11 +50,18 @@ class HangPublisher:
                 opened.append(ConsoleSink())
             if self._config.jsonl_path:
                 opened.append(JsonlSink(self._config.jsonl_path))
+            if self._config.store_url:
+                opened.append(StoreSink(self._config.store_url))
         for sink in (self._sinks if self._sinks is not None else opened):
             try:
                 sink(report)
             except Exception:
                 log.warning("relax_straggler: report sink %r could not take the hang answer", sink, exc_info=True)
         for sink in opened:
-            if hasattr(sink, "close"):
-                sink.close()
+            try:
+                if isinstance(sink, StoreSink):
+                    sink.close(STORE_CLOSE_S)
+                elif hasattr(sink, "close"):
+                    sink.close()
+            except Exception:
+                log.warning("relax_straggler: report sink %r did not close after the hang answer", sink, exc_info=True)

@@ -30,7 +30,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from relax_straggler.analysis import AnalyzeConfig
+from relax_straggler.megatron_timers import HANG_METRIC
 from relax_straggler.monitor.metrics import MonitorMetrics
+from relax_straggler.stores import hang_rows
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import Store, StoreError
 from relax_straggler.stores.url import parse_store_url
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 
 # Status changes kept per job (oldest dropped).
 MAX_TRANSITIONS = 50
+MAX_ITERATION = 2**62  # the open end of "every iteration since"
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 
@@ -89,7 +92,9 @@ class JobRecord:
     """One registered job. results: finished analyses, oldest first (range_analysis dicts);
     pending: the window being analysed; error: why the last analysis failed, if it did;
     transitions: [[s since the epoch, status], ...], each change of status the monitor saw;
-    poll_error: why the last read of its iterations failed, None after a good one (not saved)."""
+    poll_error: why the last read of its iterations failed, None after a good one (not saved);
+    hang_answer: while it hangs, the job's own answer of which rank and collective hold it
+    (relax_straggler.stores.hang_rows), once it is in the store (not saved: read again)."""
 
     job_id: str
     registered_at: float
@@ -101,6 +106,7 @@ class JobRecord:
     transitions: list = field(default_factory=list)
     in_flight: bool = False  # an analysis of `pending` is queued or running (not saved)
     poll_error: Optional[str] = None
+    hang_answer: Optional[dict] = None
 
     def note_status(self, now: float) -> bool:
         """Records the status at `now` when it changed; True if it did."""
@@ -248,6 +254,8 @@ class Monitor:
                         if self._jobs.get(job_id) is not record:
                             continue  # unregistered meanwhile
                         now = self.clock()
+                        if new:
+                            record.hang_answer = None  # steps end again: that stop is over
                         window = record.detector.observe(new, now)
                         if window is not None:
                             record.pending = window
@@ -257,6 +265,10 @@ class Monitor:
                         record.poll_error = None
                         if record.note_status(now):
                             changed.append(job_id)
+                        look_for_answer = record.hang_answer is None and record.detector.hanging(now)
+                        last_iteration = record.detector.last_iteration
+                    if look_for_answer:
+                        self._read_hang_answer(store, record, last_iteration)
                 except Exception:  # a bug on one job's data must not stop the others' polls
                     log.exception("job %s: poll failed", job_id)
                     self._job_failed(record, "internal error (see the monitor's log)")
@@ -266,6 +278,24 @@ class Monitor:
                 self._save(job_id)
         self.last_poll_s = time.perf_counter() - started
         self.metrics.poll_seconds.observe(self.last_poll_s)
+
+    def _read_hang_answer(self, store: Store, record: JobRecord, last_iteration: Optional[int]) -> None:
+        """Looks for the job's hang answer about a step since its last iteration; a
+        malformed answer row is kept as {"error"}, a store error waits for the next poll."""
+        first = -1 if last_iteration is None else last_iteration
+        try:
+            rows = [r for r in store.samples(record.job_id, max(first, 0), MAX_ITERATION, since=record.registered_at)
+                    if r.metric_name == HANG_METRIC]
+        except StoreError as exc:
+            log.debug("job %s: cannot read its hang answer yet: %s", record.job_id, exc)
+            return
+        try:
+            answer = hang_rows.latest_answer(rows, since_step=first)
+        except ValueError as exc:
+            answer = {"error": str(exc)}
+        if answer is not None:
+            with self._lock:
+                record.hang_answer = answer
 
     def _job_failed(self, record: JobRecord, error: str) -> None:
         with self._lock:
@@ -389,7 +419,8 @@ class Monitor:
                 "registered_at": record.registered_at,
                 "topology": None if record.topology is None else asdict(record.topology),
                 "hang_check": {"is_hanging": det.hanging(now), "seconds_since_last_iteration": now - det.last_progress,
-                               "hang_threshold_s": det.config.hang_threshold_s},
+                               "hang_threshold_s": det.config.hang_threshold_s,
+                               "rca": record.hang_answer if det.hanging(now) else None},
                 "slowdown_check": {
                     "is_slow": det.last_slow,
                     "consecutive_slow_iterations": len(det.slow_streak),

@@ -23,7 +23,8 @@ one row per rank and stage it ran (device time as measured; compute stages witho
 time spent blocked on a collective, as the report judges them). rank is the rank within
 the analyzed group (the global rank for the default group). With the live analyzer's
 confirmed verdict, its rows follow (straggler/verdict and one straggler/verdict/finding per
-finding, relax_straggler.stores.verdict_rows).
+finding, relax_straggler.stores.verdict_rows). A hang answer (relax_straggler.hang.publish)
+is one straggler/hang row (relax_straggler.stores.hang_rows).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from relax_straggler.stores import verdict_rows
+from relax_straggler.stores import hang_rows, verdict_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
 from relax_straggler.stores.url import parse_writer_url
 from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC, stage_timer_name
@@ -69,7 +70,10 @@ def default_nodes(world_size: int) -> list[str]:
 def report_rows(report: Report, job: str, timestamp: float, nodes: Sequence[str], cluster: str = "") -> pa.Table:
     """The megatron_metrics rows of one report (see the module docstring) as a SAMPLE_SCHEMA
     table: one row per rank and stage with a finite time, then one interval-time row per
-    rank that ran a core stage. nodes: node name per rank (len >= report.num_ranks)."""
+    rank that ran a core stage; a hang answer's one row instead. nodes: node name per rank
+    (len >= report.num_ranks)."""
+    if hang_rows.is_hang_answer(report.metrics):
+        return hang_rows.hang_table(report.metrics, job, timestamp, nodes[0] if len(nodes) else "", cluster)
     ms = report.device_ms
     names = [stage_timer_name(s) for s in report.stages]
     core = [j for j, s in enumerate(report.stages) if s in CORE_STAGES]

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, wait_for
 from relax_straggler.hang import DESYNC, LAGGING, MISSING, NONE, compact, diagnose
 
 WORKER = REPO / "tests" / "python" / "workers" / "hang_stop.py"
@@ -99,9 +99,25 @@ def test_a_group_everyone_left_holds_nobody():
 
 
 # 4 Gloo ranks --------------------------------------------------------------------------
-def run_until_answer(tmp_path, stop_rank: int, how: str) -> tuple[dict, float, str]:
-    """Starts the worker, waits for the hang answer in the JSONL, kills the run; returns
-    (the answer's metrics, s from the stop to the answer, the console output)."""
+def stored_answer(tmp_path):
+    """The newest hang answer in the worker's file store, None before it is there."""
+    from relax_straggler.stores import hang_rows
+    from relax_straggler.stores.opener import open_store
+
+    store_dir = tmp_path / "store"
+    if not store_dir.exists():
+        return None
+    store = open_store(f"file://{store_dir}")
+    try:
+        return hang_rows.latest_answer(store.samples("hang-test", 0, 2**62))
+    finally:
+        store.close()
+
+
+def run_until_answer(tmp_path, stop_rank: int, how: str, monitor=None) -> tuple[dict, float, str]:
+    """Starts the worker, waits for the hang answer in the JSONL and in the store (and,
+    given a monitor, for the monitor to serve it), kills the run; returns (the answer's
+    metrics, s from the stop to the answer, the console output)."""
     jsonl, stopped = tmp_path / "straggler.jsonl", tmp_path / "stopped"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(WORKER),
            str(stop_rank), how, str(tmp_path)]
@@ -113,12 +129,25 @@ def run_until_answer(tmp_path, stop_rank: int, how: str) -> tuple[dict, float, s
         deadline = time.monotonic() + 75
         while answer is None and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
+            if monitor is not None:
+                monitor.poll_once()
             if jsonl.exists():
                 for line in jsonl.read_text().splitlines():
                     metrics = json.loads(line)["metrics"]
                     if "straggler/hang/answer" in metrics:
                         answer, seen = metrics, time.time()
         assert answer is not None, f"no hang answer (exit {proc.poll()}):\n{(tmp_path / 'out.txt').read_text()[-4000:]}"
+        # The store sink writes it too (within its flush interval, or the stand-in's close).
+        stored = wait_for(lambda: stored_answer(tmp_path), timeout_s=15, what="the hang answer in the store")
+        assert stored["answer"] == answer["straggler/hang/answer"]
+        assert (stored["rank"], stored["op"], stored["seq"]) == \
+            (answer["straggler/hang/rank"], answer["straggler/hang/op"], answer["straggler/hang/seq"])
+        if monitor is not None:
+            def served():
+                monitor.poll_once()
+                return monitor.view("hang-test")["hang_check"]["rca"]
+            rca = wait_for(served, timeout_s=10, what="the monitor's hang_check.rca")
+            assert rca["answer"] == answer["straggler/hang/answer"], rca
         wall, pid = stopped.read_text().split()
         delay = seen - float(wall)
         # Interruptible: SIGTERM to the launcher ends the run (a SIGSTOPped rank sees it once continued).
@@ -134,7 +163,18 @@ def run_until_answer(tmp_path, stop_rank: int, how: str) -> tuple[dict, float, s
 
 
 def test_a_rank_that_stops_before_an_all_reduce_is_named(tmp_path):
-    m, delay, out = run_until_answer(tmp_path, stop_rank=2, how="sleep")
+    from relax_straggler.monitor.service import Monitor, MonitorConfig
+    from relax_straggler.monitor.trigger import TriggerConfig
+
+    # A monitor watching the job's store names the same rank and op in hang_check.rca.
+    (tmp_path / "store").mkdir()
+    monitor = Monitor(MonitorConfig(f"file://{tmp_path / 'store'}", check_interval_s=60,
+                                    trigger=TriggerConfig(hang_threshold_s=1.0), state_path=str(tmp_path / "state.json")))
+    monitor.register("hang-test")
+    try:
+        m, delay, out = run_until_answer(tmp_path, stop_rank=2, how="sleep", monitor=monitor)
+    finally:
+        monitor.stop()
     assert delay <= HANG_S + 10, delay
     assert (m["straggler/hang/kind"], m["straggler/hang/rank"], m["straggler/hang/op"]) == (LAGGING, 2, "all_reduce")
     assert (m["straggler/hang/group"], m["straggler/hang/group_ranks"]) == ("default_pg", "0-3")

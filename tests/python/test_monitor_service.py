@@ -172,6 +172,68 @@ def test_hang_after_threshold_with_injected_clock(make_monitor, store_url):
     assert [t["status"] for t in view["transitions"]] == ["active", "hanging"]
 
 
+def hang_answer_rows(job: str, step: int, rank: int, timestamp: float):
+    """The store sink's row of a hang answer naming `rank` (the product's own path)."""
+    from relax_straggler.hang import diagnose
+    from relax_straggler.hang.publish import hang_report
+    from relax_straggler.reporters.store_sink import report_rows
+
+    def snap(r, seq):
+        entry = {"seq": seq, "op": "all_reduce", "ago_s": 70.0}
+        return {"rank": r, "step": step, "wall": timestamp, "stalled_s": 70.0,
+                "groups": [{"name": "0", "desc": "default_pg", "ranks": [0, 1, 2, 3], "collective": entry,
+                            "p2p": None, "completed": None}]}
+
+    answer = diagnose({r: snap(r, 6 if r != rank else 5) for r in range(4)}, range(4))
+    return report_rows(hang_report(answer), job, timestamp, ["node-0"])
+
+
+def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("stuck")
+    write_job(store_url, "stuck", 10, inject="")
+    m.poll_once()
+    clock.now += 61.0
+    m.poll_once()
+    view = m.view("stuck")
+    assert view["hang_check"]["is_hanging"] and view["hang_check"]["rca"] is None  # not answered yet
+    store = open_store(store_url)
+    try:
+        store.write_table(hang_answer_rows("stuck", 9, rank=2, timestamp=clock.now - 30))  # an older hang's
+        store.write_table(hang_answer_rows("stuck", 9, rank=3, timestamp=clock.now))
+    finally:
+        store.close()
+    m.poll_once()
+    rca = m.view("stuck")["hang_check"]["rca"]
+    assert (rca["kind"], rca["rank"], rca["op"], rca["seq"], rca["group"], rca["step"]) == \
+        ("lagging", 3, "all_reduce", 6, "default_pg", 9)
+    assert rca["answer"].startswith("rank 3 never entered all_reduce #6 of group default_pg (ranks 0-3)")
+    assert rca["answered_at"] == pytest.approx(clock.now)
+    # Steps end again: the stop is over and so is its answer.
+    write_job(store_url, "stuck", 12, inject="", first=10)
+    m.poll_once()
+    view = m.view("stuck")
+    assert not view["hang_check"]["is_hanging"] and view["hang_check"]["rca"] is None
+
+
+def test_a_malformed_hang_row_is_named_in_the_answer(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("garbled")
+    write_job(store_url, "garbled", 10, inject="")
+    m.poll_once()
+    clock.now += 61.0
+    store = open_store(store_url)
+    try:
+        store.write([Sample(clock.now, "garbled", "straggler/hang", 0, 9, (2.0,), subname="not json")])
+    finally:
+        store.close()
+    m.poll_once()
+    rca = m.view("garbled")["hang_check"]["rca"]
+    assert "straggler/hang row of job 'garbled', iteration 9: subname is not JSON" in rca["error"]
+
+
 def test_restart_keeps_jobs_results_and_reruns_a_cut_analysis(make_monitor, store_url, tmp_path):
     m = make_monitor()
     m.register("done", Topology(dp=16, pp=1, ranks_per_node=4))

@@ -2,7 +2,8 @@
 
 Every step: an all_reduce on the world group, then one on this rank's pair group
 ("pair-0" = ranks 0,1; "pair-1" = ranks 2,3), 20 ms apart. The analyzer runs with
---straggler-hang-seconds 3, its JSONL in OUT_DIR/straggler.jsonl, sampled every 2nd step.
+--straggler-hang-seconds 3, its JSONL in OUT_DIR/straggler.jsonl and its rows in the file
+store OUT_DIR/store (job JOB), sampled every 2nd step.
 At step STOP_STEP (sampled) the rank STOP_RANK stops after its collectives, before the
 step ends: the others end the step, send their rows over the analyzer's side group (where
 the metrics rank then waits for the stopped rank's row) and block in the next world
@@ -23,6 +24,7 @@ from relax_straggler import StragglerConfig
 
 STOP_STEP = 4
 HANG_S = 3.0
+JOB = "hang-test"
 
 
 def main() -> None:
@@ -32,7 +34,8 @@ def main() -> None:
     pairs = [dist.new_group([0, 1], group_desc="pair-0"), dist.new_group([2, 3], group_desc="pair-1")]
     pair = pairs[rank // 2]
     config = StragglerConfig(enabled=True, interval=2, warmup_steps=0, hang_seconds=HANG_S, console=True,
-                             jsonl_path=os.path.join(out, "straggler.jsonl"))
+                             jsonl_path=os.path.join(out, "straggler.jsonl"),
+                             store_url=f"file://{os.path.join(out, 'store')}?job={JOB}")
     analyzer = relax_straggler.install(None, config=config)
     x = torch.ones(4)
     for step in range(10_000):
