@@ -98,6 +98,53 @@ def test_a_group_everyone_left_holds_nobody():
     assert "no rank is behind" in answer.text()
 
 
+# The answer in the metrics store ---------------------------------------------------------
+def test_the_store_row_keeps_every_field_and_the_timer_reader_knows_it(tmp_path):
+    from relax_straggler.hang.publish import hang_report
+    from relax_straggler.readers.metrics_rows import StoreSource
+    from relax_straggler.reporters.store_sink import StoreSink
+    from relax_straggler.stores import hang_rows
+    from relax_straggler.stores.base import STEP_METRIC, Sample
+    from relax_straggler.stores.opener import open_store
+
+    answer = diagnose({0: snap(0, [group("0", (0, 1), entry(6), desc="dp-0")]),
+                       1: snap(1, [group("0", (0, 1), entry(5), completed=entry(5, op="send", ago=20.0),
+                                         desc="dp-0")])}, [0, 1])
+    url = f"file://{tmp_path}/store"
+    sink = StoreSink(url + "?job=j", flush_interval_s=0.05)
+    sink(hang_report(answer))
+    assert sink.flush(timeout_s=30)
+    sink.close()
+    store = open_store(url)
+    try:
+        store.write([Sample(1.0, "j", STEP_METRIC, r, 41, (30.0,)) for r in (0, 1)] +
+                    [Sample(1.0, "j", "forward-compute", r, 41, (10.0,)) for r in (0, 1)])
+        stored = hang_rows.latest_answer(store.samples("j", 0, 100))
+        expected = {k.split("/")[-1]: v for k, v in answer.metrics().items() if k != "straggler/hang/detected"}
+        assert {k: stored[k] for k in hang_rows.FIELDS} == expected
+        assert stored["rank"] == 1 and stored["last_completed"] == "all_reduce #5 of group dp-0"
+        # Offline analysis of the same store: the hang row is known and no time.
+        source = StoreSource(store, "j", 0, 100)
+        assert [s.step for s in source.steps()] == [41]
+        assert source.unknown == {} and source.problems.total == 0
+    finally:
+        store.close()
+
+
+def test_a_hang_row_that_is_not_the_format_is_refused_naming_it():
+    from relax_straggler.stores import hang_rows
+    from relax_straggler.stores.base import Sample
+
+    def row(subname):
+        return Sample(timestamp=1.0, job="j", metric_name="straggler/hang", rank=0, iteration=7, values=(1.0,),
+                      subname=subname)
+
+    for subname, why in (("{", "not JSON"), ("[1]", "not a JSON object"), ('{"kind": "lagging"}', "lacks rank")):
+        with pytest.raises(ValueError, match=f"straggler/hang row of job 'j', iteration 7: .*{why}"):
+            hang_rows.decode(row(subname))
+    assert hang_rows.decode(Sample(1.0, "j", "forward-compute", 0, 7, (1.0,))) is None
+
+
 # 4 Gloo ranks --------------------------------------------------------------------------
 def stored_answer(tmp_path):
     """The newest hang answer in the worker's file store, None before it is there."""
