@@ -7,6 +7,7 @@
 // moves it by less than the sample's own error, so every rank gets the sample median.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -33,5 +34,18 @@ struct GroupReference {
 // values: the finite times (ms) of one group and stage, reordered in place. exact: the
 // values are the whole group (leave-one-out medians); else a sample of it. O(n).
 GroupReference reference_of(std::vector<double>& values, bool exact);
+
+// Groups up to this many sampled rows take every stage's reference at once (below).
+constexpr std::size_t kColumnSortRows = 32;
+
+// The references of one group in all S stages at once: ms rank-major (rank r's times at
+// ms + r * S, NaN where it did not run the stage), rows[0, take) the group's rows, take in
+// [1, kColumnSortRows]; out[s] is reference_of over stage s's finite times of those rows,
+// exactly. The rows are copied stage-minor into scratch, padded to a power of two with
+// +inf, and every stage's column sorted together by one bitonic network (Batcher 1968),
+// four stages per vector: for the few ranks of a pipeline stage this costs less than
+// gathering each column and running two selections on it.
+void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
+                        GroupReference* out, std::vector<double>& scratch);
 
 }  // namespace relax_straggler::core::confirm

@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/simd.h"
 #include "core/stats.h"
 
 namespace relax_straggler::core::confirm {
@@ -14,13 +15,9 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMadToSigma = 1.4826;  // MAD of a normal distribution x 1.4826 = its sigma
 
-using V4 = double __attribute__((vector_size(32)));
-using M4 = long long __attribute__((vector_size(32)));
-
 // ORs into above / under the lanes of row[s] > hi[s] / row[s] < lo[s] for the stages
 // s < n / 4 x 4 (a NaN time, a stage not run, lies inside: NaN compares false). Four
-// stages per step in 256-bit vectors (GCC/Clang vector extensions: one AVX2 instruction
-// each in the AVX2 clone of rows_outside, else two SSE2 or NEON ones); two accumulators,
+// stages per step in 256-bit vectors (core/simd.h); two accumulators,
 // so that consecutive steps do not wait on each other.
 inline __attribute__((always_inline)) void mark_outside(M4& above, M4& under, const double* row, const double* hi,
                                                         const double* lo, std::size_t n) {
@@ -48,14 +45,7 @@ inline __attribute__((always_inline)) bool outside(const double* row, const doub
 // The rows r of ms (ranks x S) with a cell outside its group's bounds (hi_ms, lo_ms at
 // group[r] x S), ascending, into out; returns how many. The only per-cell work of a
 // report, bound by loads: four rows of one group are tested together, each bound loaded
-// once for the four, with one reduction (outliers are rare). On x86-64 compiled twice,
-// the AVX2 clone chosen at load time where the CPU has it.
-#if defined(__x86_64__) && defined(__ELF__)
-#define RS_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
-#else
-#define RS_AVX2_CLONE  // one build (aarch64: NEON; elsewhere the compiler's default)
-#endif
-
+// once for the four, with one reduction (outliers are rare); an AVX2 clone (core/simd.h).
 RS_AVX2_CLONE
 std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
                          const double* hi_ms, const double* lo_ms, std::int32_t* out) {
@@ -204,14 +194,20 @@ void ConfirmTracker::references(const double* ms) {
     const std::int32_t* rows = sample_rows_.data() + sample_start_[g];
     const auto take = static_cast<std::size_t>(sample_start_[g + 1] - sample_start_[g]);
     const bool exact = group_start_[g + 1] - group_start_[g] <= cfg_.reference_sample;
-    for (std::size_t s = 0; s < S; ++s) {
-      values_.clear();
-      for (std::size_t i = 0; i < take; ++i) {
-        const double t = ms[static_cast<std::size_t>(rows[i]) * S + s];
-        if (!std::isnan(t)) values_.push_back(t);
+    if (take <= kColumnSortRows) {
+      references_of_rows(ms, S, rows, take, exact, refs_.data() + g * S, values_);
+    } else {
+      for (std::size_t s = 0; s < S; ++s) {
+        values_.clear();
+        for (std::size_t i = 0; i < take; ++i) {
+          const double t = ms[static_cast<std::size_t>(rows[i]) * S + s];
+          if (!std::isnan(t)) values_.push_back(t);
+        }
+        refs_[g * S + s] = reference_of(values_, exact);
       }
+    }
+    for (std::size_t s = 0; s < S; ++s) {
       const std::size_t gs = g * S + s;
-      refs_[gs] = reference_of(values_, exact);
       if (std::isfinite(refs_[gs].median)) {
         if (roles_[s] == Role::kCompute) compute_ms += refs_[gs].median;
         if (roles_[s] == Role::kCollective) collective_ms = std::max(collective_ms, refs_[gs].median);
