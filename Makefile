@@ -44,8 +44,11 @@ build-locked:
 	@[ -f $(VENV)/.editable ] || { RELAX_STRAGGLER_NO_EXT=1 $(PIP) install -q --no-build-isolation --no-deps -e . \
 	  && touch $(VENV)/.editable; }
 
+# The CUPTI collector is compiled and its no-device tests run where the CUDA toolkit is.
+CUPTI_CHECK := $(if $(wildcard /usr/local/cuda/include/cupti.h),ON,OFF)
+
 cpp-build: apt
-	cmake -S . -B build/core -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake -S . -B build/core -G Ninja -DCMAKE_BUILD_TYPE=Release -DRS_CUPTI_COMPILE_CHECK=$(CUPTI_CHECK) >/dev/null
 	cmake --build build/core -j $(NPROC)
 
 cpp-test: cpp-build
