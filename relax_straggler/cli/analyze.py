@@ -1,4 +1,5 @@
-"""`relax-straggler analyze FILE`: offline straggler analysis of a recorded run.
+"""`relax-straggler analyze FILE`: offline straggler analysis of a recorded run, or the hang
+answer from PyTorch Flight Recorder dumps (cli/flight_recorder.py).
 
 Exit status: 0 the analysis ran (whatever it found); 1 the input cannot be analyzed (the
 message names the file and line or row), or --strict met a problem; 2 bad arguments.
@@ -11,7 +12,8 @@ import json
 import sys
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.cli.inputs import FORMATS, add_input_arguments, read_reporting_errors, topology_from_args
+from relax_straggler.cli.inputs import (FLIGHT_RECORDER, FORMATS, add_input_arguments, read_reporting_errors,
+                                       topology_from_args)
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args
 from relax_straggler.serialization import json_safe
 
@@ -22,9 +24,10 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyze", help="Analyze a recorded run or trace offline.",
         description="Find straggler ranks in straggler.jsonl, Megatron timer logs, Chrome traces or per-op parquet "
-                    "traces. See docs/ANALYZE.md.")
-    p.add_argument("path", help="input file, or clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]")
-    add_input_arguments(p)
+                    "traces, or the rank that holds a hung job in PyTorch Flight Recorder dumps. See docs/ANALYZE.md.")
+    p.add_argument("path", help="input file, clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M], or a directory or "
+                                "glob of Flight Recorder dumps (nccl_trace_rank_<rank>)")
+    add_input_arguments(p, FORMATS + (FLIGHT_RECORDER,))
     out = p.add_argument_group("output")
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="text: terminal report; json: the JSON summary only, on stdout")
@@ -39,6 +42,12 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from relax_straggler.hang.fr_dumps import is_flight_recorder_input
+
+    if args.input_format == FLIGHT_RECORDER or (args.input_format is None and is_flight_recorder_input(args.path)):
+        from relax_straggler.cli.flight_recorder import run_flight_recorder
+
+        return run_flight_recorder(args)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 

@@ -10,6 +10,9 @@ from typing import Any, Callable, Optional, TypeVar
 T = TypeVar("T")
 
 FORMATS = ("straggler-jsonl", "megatron-log", "chrome-trace", "parquet-trace")
+# PyTorch Flight Recorder dumps (a directory, glob or file of per-rank pickles): answers
+# a hang, not a straggler analysis, so only `analyze` takes them (cli/flight_recorder.py).
+FLIGHT_RECORDER = "flight-recorder"
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, formats: tuple[str, ...] = FORMATS) -> None:
