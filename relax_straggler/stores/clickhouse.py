@@ -1,69 +1,56 @@
-"""The ClickHouse store: the ``megatron_metrics`` table on a ClickHouse server, over its HTTP
-interface (``clickhouse://HOST:PORT/DB``, PORT being the HTTP port, 8123 by default).
+"""The ClickHouse store: a metrics table on a ClickHouse server, over its HTTP interface.
 
-Table (created with the database if absent):
+URL: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB]`` (PORT: the HTTP port, 8123 by
+default; DB: ``default``). The table is ``megatron_metrics``; the store reads its columns
+first and uses the layout it finds (relax_straggler.stores.clickhouse_layout): its own
+table, which it creates with the database when a write finds none, or the Megatron
+metrics layout (``job_id``, ``value``, ``attributes``) a server may already have.
 
-    timestamp     DateTime   s since the epoch (whole seconds)
-    timestamp_ms  UInt16     the milliseconds of timestamp (0..999)
-    job, metric_name, subname, node, cluster  String
-    rank          Int32
-    iteration     Int64
-    metric_values Array(Float64)   ms
-    ENGINE = MergeTree PARTITION BY toYYYYMMDD(timestamp) ORDER BY (job, metric_name, rank, iteration)
+The client is httpx over the HTTP interface (relax_straggler.stores.clickhouse_http):
+rows travel as ArrowStream where the server has it, else TabSeparated (18.16). The
+official clickhouse-connect cannot talk to an 18.16 server (it reads settings columns
+18.16 does not have); docs/STORES.md has what was measured. 18.16 has no query
+parameters either, so string literals are escaped here (``quote``), and every value
+comes from a typed, validated Sample.
 
-The mt-detector layout has ``timestamp DateTime64(3)``; DateTime64 only exists from ClickHouse 20.1
-and the Debian server is 18.16, so the milliseconds are a column of their own.
-
-Why plain HTTP (httpx) and not clickhouse-connect: clickhouse-connect reads server settings
-on connect with columns 18.16 does not have ("Unknown identifier: readonly") and cannot talk
-to it at all. 18.16 has no query parameters either, so string literals are escaped here
-(``quote``), and every value comes from a typed, validated Sample.
-
-Rows travel as TabSeparated. Each call is one HTTP request on a pooled connection; a
-request that fails (server down, restarting) raises StoreError and the next call opens a
-new connection, so the same object works again once the server is back.
+Recovery is keyed by the server's error code: a table or database that vanished is
+created again by the next write (reads find no rows meanwhile), columns changed behind
+the store are read again, a user without the right to write gets a StoreError naming the
+user and the table, and a server that is down or restarting raises StoreError after
+bounded retries; the same object works again once it answers. A write returns only
+once the server acknowledged every row of it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
-from typing import Iterator, Optional, Sequence
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
+from relax_straggler.stores.clickhouse_http import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
+                                                    ClickHouseError, ClickHouseHTTP, credentials, redact)
+from relax_straggler.stores.clickhouse_layout import TABLE, Layout, own_ddl
+from relax_straggler.stores.clickhouse_rows import (arrow_body, arrow_samples, insert_table, tsv_body, tsv_samples,
+                                                    tsv_strings)
 from relax_straggler.stores.url import parse_store_url
 
 log = logging.getLogger(__name__)
 
-TABLE = "megatron_metrics"
-# ClickHouse error codes after which the table is created again and the request retried
-# once: UNKNOWN_TABLE (60), UNKNOWN_DATABASE (81) (a server that lost its data directory).
-_MISSING_TABLE_CODES = ("code 60:", "code 81:")
-_CODE = re.compile(r"Code: (\d+), e\.displayText\(\) = (?:DB::Exception: )?(.*?)(?:, e\.what\(\) = .*)?$", re.S)
 _MAX_TIMESTAMP = 2**32 - 1  # DateTime is a UInt32
-
-# TabSeparated escapes, backslash first (ClickHouse reads these back).
-_TSV_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"), ("\0", "\\0"))
-_TSV_UNESCAPES = {"t": "\t", "n": "\n", "r": "\r", "0": "\0", "b": "\b", "f": "\f", "\\": "\\", "'": "'"}
-_TSV_UNESCAPE = re.compile(r"\\(.)", re.S)
-
-COLUMNS = ("timestamp", "timestamp_ms", "job", "metric_name", "subname", "rank", "iteration", "node", "cluster",
-           "metric_values")
+WIRES = ("arrow", "tsv")
+T = TypeVar("T")
 
 
 def quote(text: str) -> str:
     """text as a ClickHouse string literal: backslash and quote escaped, so no value can
     end the literal (18.16 has no query parameters)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _untsv(field: str) -> str:
-    return _TSV_UNESCAPE.sub(lambda m: _TSV_UNESCAPES.get(m.group(1), m.group(1)), field) if "\\" in field else field
 
 
 def check_sample(i: int, s: Sample) -> None:
@@ -130,28 +117,6 @@ def check_table(table: pa.Table) -> None:
                              f"got {table.column(name)[i].as_py()!r}")
 
 
-def _tsv_body(table: pa.Table) -> bytes:
-    """The TabSeparated rows of a checked SAMPLE_SCHEMA table, in COLUMNS order."""
-    total_ms = pc.cast(pc.round(pc.multiply(table.column("timestamp"), 1000.0)), pa.int64())
-    seconds = pc.divide(total_ms, 1000)  # integer division: timestamps are >= 0
-    ms = pc.subtract(total_ms, pc.multiply(seconds, 1000))
-
-    def text(name: str) -> pa.ChunkedArray:
-        col = table.column(name)
-        for raw, escaped in _TSV_ESCAPES:
-            col = pc.replace_substring(col, raw, escaped)
-        return col
-
-    # Arrow prints float64 in the shortest form that reads back exactly.
-    values = pc.binary_join(pc.cast(table.column("metric_values"), pa.list_(pa.string())), ",")
-    columns = [seconds, ms, text("job"), text("metric_name"), text("subname"), table.column("rank"),
-               table.column("iteration"), text("node"), text("cluster"),
-               pc.binary_join_element_wise("[", values, "]", "")]
-    lines = pc.binary_join_element_wise(*[pc.cast(c, pa.string()) for c in columns], "\t").combine_chunks()
-    one = pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines)
-    return pc.binary_join(one, "\n")[0].as_buffer().to_pybytes() + b"\n"
-
-
 def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -160,45 +125,65 @@ def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _error_message(text: str) -> str:
-    """The useful part of a ClickHouse error body ('Code: 62, e.displayText() = ...')."""
-    m = _CODE.search(text.strip())
-    return f"code {m.group(1)}: {m.group(2).strip()}" if m else text.strip()[:500]
+
+
+@dataclass(frozen=True)
+class ServerFeatures:
+    """What the server can do: ArrowStream in and out (20.x+), DateTime64 (20.1+),
+    JSONExtract (19.x+)."""
+
+    arrow: bool
+    datetime64: bool
+    json_functions: bool
 
 
 class ClickHouseStore:
     """The Store protocol (relax_straggler.stores.base) on a ClickHouse server.
 
-    url: ``clickhouse://HOST[:PORT][/DB]`` (PORT: HTTP port, default 8123; DB default
-    'default'; a database name is letters, digits and '_'). Raises ValueError for a bad
-    URL. Nothing is sent until the first call; the database and table are created then.
-    timeout_s: per request (connect and each read). Thread-safe (httpx.Client is).
+    url: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB]``; raises ValueError for a bad
+    URL. Nothing is sent until the first call. timeout_s: per request (connect and each
+    read); retries, backoff_s: of requests that can be repeated (clickhouse_http): short,
+    for a blip (a refused connect during a restart, a transient server code); the sink,
+    ingest and the monitor retry longer on their own.
+    wire: "arrow" or "tsv" to force the row format, None to take Arrow where the server
+    has it. Thread-safe.
     """
 
-    def __init__(self, url: str, timeout_s: float = 30.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 1, backoff_s: float = 0.05,
+                 wire: Optional[str] = None) -> None:
         parsed = parse_store_url(url)
         if parsed.scheme != "clickhouse":
             raise ValueError(f"store URL {url!r}: ClickHouseStore needs clickhouse://HOST:PORT/DB")
+        if wire not in (None, *WIRES):
+            raise ValueError(f"wire must be one of {WIRES} or None, got {wire!r}")
         self.url = url
         self.database = parsed.database
         self._table = f"`{parsed.database}`.`{TABLE}`"
-        self._http = httpx.Client(base_url=f"http://{parsed.location}:{parsed.port}", timeout=timeout_s)
-        self._ready = False  # the table is known to exist
+        self._name = redact(url)
+        user, password = credentials(url)
+        self._http = ClickHouseHTTP(f"http://{parsed.location}:{parsed.port}", self._name, user, password,
+                                    timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
+        self._wire = wire
+        self._features: Optional[ServerFeatures] = None
+        self._layout: Optional[Layout] = None  # the table's columns as last read; None: not read or absent
+        self._lock = threading.Lock()
 
     # Store protocol ---------------------------------------------------------------------
     def write(self, samples: Sequence[Sample]) -> None:
         """Inserts `samples` in one INSERT (one request; ClickHouse applies a block of up
-        to ~1M rows atomically). Raises ValueError naming the first malformed row (nothing
-        is written then), StoreError when the server is unreachable or refuses."""
+        to ~1M rows atomically). Returns once the server acknowledged it. Raises
+        ValueError naming the first malformed row (nothing is written then), StoreError
+        when the server is unreachable or refuses (a user without the right to write:
+        naming user and table)."""
         for i, s in enumerate(samples):
             check_sample(i, s)
         if samples:
             self.write_table(samples_to_table(samples))
 
     def write_table(self, table: pa.Table) -> None:
-        """Inserts the rows of a SAMPLE_SCHEMA table, as write(). The TabSeparated body is
-        built column by column in Arrow (no Python object per row). Raises ValueError for
-        missing or mistyped columns and names the first bad row; StoreError as write()."""
+        """Inserts the rows of a SAMPLE_SCHEMA table, as write(); the body is built column
+        by column in Arrow. Raises ValueError for missing or mistyped columns and names
+        the first bad row; StoreError as write()."""
         missing = [f.name for f in SAMPLE_SCHEMA if f.name not in table.column_names]
         if missing:
             raise ValueError(f"write_table: missing column(s) {missing}; expected {SAMPLE_SCHEMA.names}")
@@ -209,111 +194,183 @@ class ClickHouseStore:
         if table.num_rows == 0:
             return
         check_table(table)
-        self._request(f"INSERT INTO {self._table} ({', '.join(COLUMNS)}) FORMAT TabSeparated", _tsv_body(table))
+
+        def insert() -> None:
+            layout = self._writable_layout()
+            rows = insert_table(table, layout)
+            names = ", ".join(f"`{n}`" for n in rows.column_names)
+            if self._arrow():
+                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT ArrowStream", arrow_body(rows))
+            else:
+                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT TabSeparated", tsv_body(rows))
+
+        self._recovering(insert, "write to", create=True)
 
     def iterations(self, job: str, after_iteration: int = -1, since: float = 0.0) -> list[IterationTime]:
         """One aggregate over the interval-time rows of `job` after `after_iteration` (the
-        table's sort key starts with job, metric_name: only those rows are read)."""
-        text = self._request(
-            f"SELECT iteration, max(metric_values[1]), max(toUInt64(timestamp) * 1000 + timestamp_ms), "
-            f"uniqExact(rank) FROM {self._table} WHERE job = {quote(job)} AND metric_name = {quote(STEP_METRIC)} "
-            f"AND iteration > {int(after_iteration)} AND {self._since(since)} "
-            f"GROUP BY iteration ORDER BY iteration FORMAT TabSeparated")
-        out = []
-        for line in text.splitlines():
-            it, step_ms, last_ms, ranks = line.split("\t")
-            out.append(IterationTime(int(it), float(step_ms), int(last_ms) / 1000.0, int(ranks)))
-        return out
+        table's sort key starts with job, metric_name: only those rows are read). A table
+        that does not exist has no iterations."""
+        def read() -> list[IterationTime]:
+            layout = self._read_layout()
+            if layout is None:
+                return []
+            text = self._http.query(
+                f"SELECT toInt64(iteration) AS _it, max({layout.field('step_ms')}), max({layout.ts_ms()}), "
+                f"uniqExact({layout.field('rank')}) FROM {self._table} "
+                f"WHERE {layout.job_column} = {quote(job)} AND metric_name = {quote(STEP_METRIC)} "
+                f"AND iteration > {int(after_iteration)} AND {self._since(layout, since)} "
+                "GROUP BY _it ORDER BY _it FORMAT TabSeparated").decode("utf-8")
+            out = []
+            for line in text.splitlines():
+                it, step_ms, last_ms, ranks = line.split("\t")
+                out.append(IterationTime(int(it), float(step_ms), int(last_ms) / 1000.0, int(ranks)))
+            return out
+
+        return self._recovering(read, "read", empty=[])
 
     def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
-        """Streams the rows (the response is read line by line, never held whole).
+        """Streams the rows (the answer is decoded as it arrives, never held whole).
         Raises StoreError when the request fails, also part way through."""
-        self._ensure_table()
-        query = (f"SELECT toUInt32(timestamp), {', '.join(COLUMNS[1:])} FROM {self._table} WHERE job = {quote(job)} "
-                 f"AND iteration >= {int(first_iteration)} AND iteration <= {int(last_iteration)} "
-                 f"AND {self._since(since)} ORDER BY iteration, rank, metric_name, subname FORMAT TabSeparated")
-        try:
-            with self._http.stream("POST", "/", content=query.encode("utf-8")) as response:
-                if response.status_code != 200:
-                    raise StoreError(f"{self.url}: {_error_message(response.read().decode('utf-8', 'replace'))}")
-                for line in response.iter_lines():
-                    if line:
-                        yield _parse_row(line)
-        except httpx.HTTPError as exc:
-            raise StoreError(f"{self.url}: {type(exc).__name__}: {exc}") from None
+        for attempt in (0, 1):
+            layout = self._recovering(self._read_layout, "read", empty=None)
+            if layout is None:
+                return
+            arrow = self._arrow()
+            query = (f"SELECT {layout.select()} FROM {self._table} WHERE {layout.job_column} = {quote(job)} "
+                     f"AND iteration >= {int(first_iteration)} AND iteration <= {int(last_iteration)} "
+                     f"AND {self._since(layout, since)} ORDER BY _iteration, _rank, _metric_name, _subname "
+                     f"FORMAT {'ArrowStream' if arrow else 'TabSeparated'}")
+            try:
+                with self._http.stream(query) as chunks:
+                    if arrow:
+                        try:
+                            yield from arrow_samples(chunks)
+                        except (pa.ArrowInvalid, OSError) as exc:  # e.g. the server's error after a 200
+                            raise StoreError(f"{self._name}: the answer broke off: {exc}") from None
+                    else:
+                        yield from tsv_samples(_lines(chunks))
+                return
+            except ClickHouseError as exc:
+                if exc.code in MISSING_TABLE_CODES:
+                    self._layout = None
+                    return
+                if exc.code not in CHANGED_COLUMNS_CODES or attempt == 1:
+                    raise self._permission(exc, "read") from None
+                self._layout = None  # read the columns again, once
 
     def jobs(self, since: float = 0.0) -> list[str]:
-        text = self._request(f"SELECT DISTINCT job FROM {self._table} WHERE {self._since(since)} ORDER BY job "
-                             "FORMAT TabSeparated")
-        return [_untsv(line) for line in text.split("\n") if line]
+        def read() -> list[str]:
+            layout = self._read_layout()
+            if layout is None:
+                return []
+            text = self._http.query(f"SELECT DISTINCT {layout.job_column} FROM {self._table} "
+                                    f"WHERE {self._since(layout, since)} ORDER BY {layout.job_column} "
+                                    "FORMAT TabSeparated")
+            return tsv_strings(text.decode("utf-8").split("\n"))
+
+        return self._recovering(read, "read", empty=[])
 
     def ping(self) -> None:
-        try:
-            response = self._http.get("/ping")
-        except httpx.HTTPError as exc:
-            raise StoreError(f"{self.url}: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise StoreError(f"{self.url}: /ping answered HTTP {response.status_code}")
+        self._http.ping()
 
     def close(self) -> None:
         self._http.close()
 
+    def layout(self) -> Optional[Layout]:
+        """The table's layout as the server has it now; None when the table does not exist.
+        Raises StoreError as the reads do."""
+        with self._lock:
+            self._layout = None
+        return self._recovering(self._read_layout, "read", empty=None)
+
     def __repr__(self) -> str:
-        return f"ClickHouseStore({self.url!r})"
+        return f"ClickHouseStore({self._name!r})"
 
     # internals ---------------------------------------------------------------------------
+    def _recovering(self, call: Callable[[], T], action: str, create: bool = False, empty: object = None) -> T:
+        """call(), recovering by error code: a missing table or database is created again
+        and call() repeated once (create) or answers `empty` (reads); changed columns are
+        read again and call() repeated once; a permission error names the user."""
+        for attempt in (0, 1):
+            try:
+                return call()
+            except ClickHouseError as exc:
+                if exc.code in MISSING_TABLE_CODES:
+                    self._layout = None
+                    if not create:
+                        return empty  # type: ignore[return-value]
+                elif exc.code not in CHANGED_COLUMNS_CODES:
+                    raise self._permission(exc, action) from None
+                else:
+                    self._layout = None
+                if attempt == 1:
+                    raise
+                log.info("%s: %s; reading the table's columns again", self._name, exc)
+        raise AssertionError("unreachable")
+
+    def _permission(self, exc: ClickHouseError, action: str) -> StoreError:
+        if exc.code not in PERMISSION_CODES:
+            return exc
+        return ClickHouseError(f"{self._name}: user {self._http.user!r} may not {action} {self._table} "
+                               f"(server code {exc.code}: {str(exc).split(': ', 2)[-1]})", exc.code)
+
+    def _arrow(self) -> bool:
+        if self._wire is not None:
+            return self._wire == "arrow"
+        return self._server().arrow
+
+    def _server(self) -> ServerFeatures:
+        if self._features is None:
+            text = self._http.query(
+                "SELECT (SELECT count() FROM system.formats WHERE name = 'ArrowStream' AND is_input AND is_output), "
+                "(SELECT count() FROM system.data_type_families WHERE name = 'DateTime64'), "
+                "(SELECT count() FROM system.functions WHERE name = 'JSONExtract') FORMAT TabSeparated")
+            self._features = ServerFeatures(*(int(v) > 0 for v in text.decode().split()))
+        return self._features
+
+    def _read_layout(self) -> Optional[Layout]:
+        """The table's columns (system.columns), read once; None while the table is absent."""
+        if self._layout is not None:
+            return self._layout
+        text = self._http.query(
+            f"SELECT name, type FROM system.columns WHERE database = {quote(self.database)} "
+            f"AND table = {quote(TABLE)} FORMAT TabSeparated").decode("utf-8")
+        columns = dict(line.split("\t", 1) for line in tsv_strings(text.split("\n")))
+        if not columns:
+            return None
+        self._layout = Layout(self._table, columns, self._server().json_functions)
+        return self._layout
+
+    def _writable_layout(self) -> Layout:
+        layout = self._read_layout()
+        if layout is None:
+            self._http.query(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+            self._http.query(own_ddl(self._table, self._server().datetime64))
+            layout = self._read_layout()
+            if layout is None:
+                raise StoreError(f"{self._name}: {self._table} was created but system.columns does not list it")
+        layout.check_writable()
+        return layout
+
     @staticmethod
-    def _since(since: float) -> str:
+    def _since(layout: Layout, since: float) -> str:
         """The `timestamp >= since` condition, to the ms (rows are stored rounded to the ms,
-        and so is since). The whole-second bound lets ClickHouse skip older partitions."""
+        and so is since)."""
         if not _is_number(since):
             raise ValueError(f"since must be a finite time in s since the epoch, got {since!r}")
         if since <= 0:
             return "1"
         since_ms = int(round(since * 1000.0))
-        return (f"timestamp >= toDateTime({min(since_ms // 1000, _MAX_TIMESTAMP)}) AND "
-                f"toUInt64(timestamp) * 1000 + timestamp_ms >= {since_ms}")
-
-    def _ensure_table(self) -> None:
-        if self._ready:
-            return
-        self._post(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
-        self._post(f"CREATE TABLE IF NOT EXISTS {self._table} (timestamp DateTime, timestamp_ms UInt16, job String, "
-                   "metric_name String, subname String, rank Int32, iteration Int64, node String, cluster String, "
-                   "metric_values Array(Float64)) ENGINE = MergeTree PARTITION BY toYYYYMMDD(timestamp) "
-                   "ORDER BY (job, metric_name, rank, iteration)")
-        self._ready = True
-
-    def _request(self, query: str, body: Optional[bytes] = None) -> str:
-        """Runs `query` (with `body` as INSERT data) after making sure the table exists; a
-        table that vanished (the server lost its data) is created again, once."""
-        self._ensure_table()
-        try:
-            return self._post(query, body)
-        except StoreError as exc:
-            if not any(code in str(exc) for code in _MISSING_TABLE_CODES):
-                raise
-            self._ready = False
-            self._ensure_table()
-            return self._post(query, body)
-
-    def _post(self, query: str, body: Optional[bytes] = None) -> str:
-        try:
-            if body is None:
-                response = self._http.post("/", content=query.encode("utf-8"))
-            else:
-                response = self._http.post("/", params={"query": query}, content=body)
-        except httpx.HTTPError as exc:
-            raise StoreError(f"{self.url}: {type(exc).__name__}: {exc}") from None
-        if response.status_code != 200:
-            raise StoreError(f"{self.url}: {_error_message(response.text)}")
-        return response.text
+        return layout.since(since_ms, min(since_ms // 1000, _MAX_TIMESTAMP))
 
 
-def _parse_row(line: str) -> Sample:
-    (seconds, ms, job, metric, subname, rank, iteration, node, cluster, values) = line.split("\t")
-    inner = values[1:-1]
-    return Sample(timestamp=int(seconds) + int(ms) / 1000.0, job=_untsv(job), metric_name=_untsv(metric),
-                  rank=int(rank), iteration=int(iteration),
-                  values=tuple(float(v) for v in inner.split(",")) if inner else (),
-                  subname=_untsv(subname), node=_untsv(node), cluster=_untsv(cluster))
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """The lines of a UTF-8 answer that arrives in chunks."""
+    rest = b""
+    for chunk in chunks:
+        rest += chunk
+        *lines, rest = rest.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8")
+    if rest:
+        yield rest.decode("utf-8")

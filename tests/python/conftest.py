@@ -83,8 +83,9 @@ class ClickHouseServer:
     def __init__(self, directory: Path, port: int) -> None:
         self.directory, self.port = directory, port
 
-    def url(self, database: str = "default") -> str:
-        return f"clickhouse://127.0.0.1:{self.port}/{database}"
+    def url(self, database: str = "default", user: str = "") -> str:
+        who = f"{user}@" if user else ""
+        return f"clickhouse://{who}127.0.0.1:{self.port}/{database}"
 
     def start(self) -> None:
         self._run("start", str(self.port))
@@ -126,6 +127,41 @@ def clickhouse_server(tmp_path_factory):
 def clickhouse_url(clickhouse_server) -> str:
     """clickhouse://127.0.0.1:PORT/default of the session's private server."""
     return clickhouse_server.url()
+
+
+def require_chdb() -> None:
+    """Skips the test without the chdb package, or fails under CI=true (requirements.txt)."""
+    try:
+        import chdb  # noqa: F401
+    except ImportError:
+        message = "chdb is not installed: run `make setup` (requirements.txt)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def chdb_server(tmp_path_factory):
+    """A modern ClickHouse (chDB 26.9 behind tests/services/chdb_front.py) for the session;
+    user `reader` is read-only, as on the clickhouse_server."""
+    require_chdb()
+    sys.path.insert(0, str(REPO / "tests" / "services"))
+    from chdb_front import ChdbFront
+
+    front = ChdbFront(str(tmp_path_factory.mktemp("chdb")), free_port(), readonly_users={"reader"})
+    front.start()
+    yield front
+    front.stop()
+
+
+# Every ClickHouse-level test runs on each engine: Debian's 18.16 server and chDB's 26.9.
+CLICKHOUSE_ENGINES = ["clickhouse_server", "chdb_server"]
+
+
+@pytest.fixture(params=CLICKHOUSE_ENGINES)
+def clickhouse_engine(request):
+    """The session's server of each engine in CLICKHOUSE_ENGINES in turn (url(db, user), port)."""
+    return request.getfixturevalue(request.param)
 
 
 # Stores --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""ClickHouseStore against a real clickhouse-server on 127.0.0.1 (tests/services/clickhouse.sh)."""
+"""ClickHouseStore against each engine: Debian's clickhouse-server 18.16 (tests/services/clickhouse.sh)
+and ClickHouse 26.9 (chDB behind tests/services/chdb_front.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from conftest import ClickHouseServer, free_port, require_clickhouse
 from relax_straggler.stores.clickhouse import ClickHouseStore
+from relax_straggler.stores.clickhouse_http import ClickHouseError
 from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, StoreError
 
 _databases = itertools.count()
@@ -17,11 +19,24 @@ T0 = 1_790_000_000.0  # a fixed time, s since the epoch
 
 
 @pytest.fixture
-def store(clickhouse_server):
+def engine(clickhouse_engine):
+    """Each engine in turn: url(database, user), port."""
+    return clickhouse_engine
+
+
+@pytest.fixture
+def store(engine):
     """A store on a database of its own (created by the store on first use)."""
-    s = ClickHouseStore(clickhouse_server.url(f"test_store_{next(_databases)}"))
+    s = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"))
     yield s
     s.close()
+
+
+def admin(engine, sql: str) -> str:
+    """Runs `sql` as the default user, behind the store's back."""
+    response = httpx.post(f"http://127.0.0.1:{engine.port}/", content=sql.encode())
+    assert response.status_code == 200, response.text
+    return response.text
 
 
 def step_rows(job: str, iterations: range, ranks: int, t0: float = T0, slow_rank: int = -1) -> list[Sample]:
@@ -106,23 +121,54 @@ def test_bad_urls_are_rejected():
         ClickHouseStore("file:///tmp/x")
 
 
-def test_server_errors_name_the_store(store, clickhouse_server):
+def test_a_column_dropped_behind_the_store_refuses_the_write_naming_it(store, engine):
     store.write(step_rows("job-a", range(1), ranks=1))
-    # Make the next insert fail server-side: a column it names is gone.
-    response = httpx.post(f"http://127.0.0.1:{clickhouse_server.port}/",
-                          content=f"ALTER TABLE {store.database}.megatron_metrics DROP COLUMN cluster")
-    assert response.status_code == 200, response.text
-    with pytest.raises(StoreError, match=rf"{store.url}: code \d+: .*cluster"):
+    admin(engine, f"ALTER TABLE {store.database}.megatron_metrics DROP COLUMN cluster")
+    # The insert fails on the server (no such column); the store reads the columns again and
+    # refuses rows it could not keep whole rather than drop their cluster.
+    with pytest.raises(StoreError, match=r"megatron_metrics.* no column for cluster"):
         store.write(step_rows("job-a", range(1, 2), ranks=1))
+    assert [i.iteration for i in store.iterations("job-a")] == [0]  # reads go on
 
 
-def test_a_table_dropped_behind_the_store_is_created_again(store, clickhouse_server):
+def test_server_errors_name_the_store_and_carry_the_code(store):
+    with pytest.raises(ClickHouseError, match=rf"{store.url}: code 62: .*") as info:
+        store._http.query("SELEKT 1")  # a syntax error: either text form, the header where sent
+    assert info.value.code == 62
+
+
+def test_a_database_dropped_behind_the_store_is_created_again(store, engine):
     store.write(step_rows("job-a", range(2), ranks=1))
-    response = httpx.post(f"http://127.0.0.1:{clickhouse_server.port}/",
-                          content=f"DROP DATABASE {store.database}")
-    assert response.status_code == 200, response.text
+    admin(engine, f"DROP DATABASE {store.database}")
+    assert store.iterations("job-a") == []  # the rows are gone; reading does not fail
     store.write(step_rows("job-a", range(2, 4), ranks=1))  # a server that lost its data: same object
     assert [i.iteration for i in store.iterations("job-a")] == [2, 3]
+
+
+def test_a_table_dropped_behind_the_store_is_created_again(store, engine):
+    store.write(step_rows("job-a", range(2), ranks=1))
+    admin(engine, f"DROP TABLE {store.database}.megatron_metrics")
+    assert list(store.samples("job-a", 0, 9)) == [] and store.jobs() == []
+    store.write(step_rows("job-a", range(2, 4), ranks=1))
+    assert [i.iteration for i in store.iterations("job-a")] == [2, 3]
+
+
+def test_a_read_only_user_reads_and_is_refused_writes_by_name(store, engine):
+    store.write(step_rows("job-a", range(2), ranks=2))
+    reader = ClickHouseStore(engine.url(store.database, user="reader"))
+    try:
+        assert [i.iteration for i in reader.iterations("job-a")] == [0, 1]
+        assert len(list(reader.samples("job-a", 0, 1))) == 8
+        with pytest.raises(StoreError, match=r"user 'reader' may not write to `test_store_\d+`.`megatron_metrics` "
+                                             r"\(server code 164: .*readonly"):
+            reader.write(step_rows("job-a", range(2, 3), ranks=1))
+    finally:
+        reader.close()
+    empty = ClickHouseStore(engine.url(f"test_store_{next(_databases)}", user="reader"))
+    try:  # nothing to read yet: no rows, and no attempt to create anything
+        assert empty.iterations("job-a") == [] and empty.jobs() == []
+    finally:
+        empty.close()
 
 
 def test_restart_mid_use_raises_store_error_then_recovers(tmp_path):
@@ -155,3 +201,22 @@ def test_restart_mid_use_raises_store_error_then_recovers(tmp_path):
     finally:
         s.close()
         server.stop()
+
+
+def test_a_restart_of_the_modern_engine_loses_nothing(chdb_server):
+    front = type(chdb_server)(chdb_server.data_dir, free_port())  # its own port, the same engine
+    front.start()
+    s = ClickHouseStore(front.url(f"test_store_{next(_databases)}"), timeout_s=10.0, retries=1, backoff_s=0.05)
+    try:
+        s.write(step_rows("job-a", range(0, 5), ranks=2))
+        front.stop()
+        pending = step_rows("job-a", range(5, 10), ranks=2)
+        with pytest.raises(StoreError, match="ConnectError"):  # refused before it was sent: never half-written
+            s.write(pending)
+        front.start()
+        s.write(pending)
+        assert [i.iteration for i in s.iterations("job-a")] == list(range(10))
+        assert len(list(s.samples("job-a", 0, 9))) == 10 * 2 * 2
+    finally:
+        s.close()
+        front.stop()

@@ -8,7 +8,8 @@
 #   clickhouse.sh stop DIR         stops the server started from DIR and waits for it to exit.
 #
 # Only the HTTP interface is opened (the stores speak HTTP): no native, interserver or
-# MySQL port, so several instances never collide. Needs clickhouse-server (`make setup`).
+# MySQL port, so several instances never collide. Users: `default`, and `reader`, read-only.
+# Needs clickhouse-server (`make setup`).
 set -euo pipefail
 
 usage() { echo "usage: $0 start DIR PORT | stop DIR" >&2; exit 2; }
@@ -75,6 +76,9 @@ XML
             <max_memory_usage>2000000000</max_memory_usage>
             <load_balancing>random</load_balancing>
         </default>
+        <readonly>
+            <readonly>1</readonly>
+        </readonly>
     </profiles>
     <users>
         <default>
@@ -83,6 +87,13 @@ XML
             <profile>default</profile>
             <quota>default</quota>
         </default>
+        <!-- A read-only user: what a monitor or an analysis is often given. -->
+        <reader>
+            <password></password>
+            <networks><ip>127.0.0.1</ip></networks>
+            <profile>readonly</profile>
+            <quota>default</quota>
+        </reader>
     </users>
     <quotas>
         <default>

@@ -1,0 +1,161 @@
+"""The table layouts ClickHouseStore reads and writes as it finds them, on each engine:
+its own table, its 18.16 form (DateTime + timestamp_ms) and the Megatron metrics layout
+(job_id, value, attributes JSON / Object / String)."""
+
+from __future__ import annotations
+
+import itertools
+
+import httpx
+import pytest
+
+from relax_straggler.readers.clickhouse import open_clickhouse
+from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
+from relax_straggler.stores.clickhouse import ClickHouseStore
+
+_databases = itertools.count()
+T0 = 1_790_000_000.0
+
+MEGATRON = ("CREATE TABLE {db}.megatron_metrics (timestamp DateTime, job_id String, metric_name String, "
+            "iteration UInt64, value Float64, attributes {attributes}) ENGINE = MergeTree "
+            "PARTITION BY toDate(timestamp) ORDER BY (job_id, metric_name, iteration)")
+
+
+def admin(engine, sql: str) -> str:
+    response = httpx.post(f"http://127.0.0.1:{engine.port}/", content=sql.encode())
+    assert response.status_code == 200, response.text
+    return response.text
+
+
+@pytest.fixture
+def db(clickhouse_engine):
+    """(engine, database) with the database created and empty."""
+    name = f"test_layout_{next(_databases)}"
+    admin(clickhouse_engine, f"CREATE DATABASE {name}")
+    return clickhouse_engine, name
+
+
+def is_modern(engine) -> bool:
+    return int(admin(engine, "SELECT version()").split(".")[0]) >= 25
+
+
+def rows(job: str, iterations: range, ranks: int, t0: float = T0) -> list[Sample]:
+    out = []
+    for it in iterations:
+        for r in range(ranks):
+            out.append(Sample(t0 + it, job, STEP_METRIC, r, it, (100.0 + r,), node=f'n"{r}\\', cluster="c1"))
+            out.append(Sample(t0 + it, job, "forward-compute", r, it, (40.0 + r, 2.5), subname="mb\t1"))
+    return out
+
+
+def by_key(samples):
+    return sorted(samples, key=lambda s: (s.iteration, s.rank, s.metric_name, s.subname))
+
+
+def test_own_table_is_datetime64_with_day_partitions_where_the_server_has_it(db):
+    engine, name = db
+    store = ClickHouseStore(engine.url(name))
+    store.write(rows("j", range(2), ranks=2))
+    layout = store.layout()
+    assert layout.datetime64 == is_modern(engine)
+    assert ("timestamp_ms" in layout.columns) == (not is_modern(engine))
+    ddl = admin(engine, f"SHOW CREATE TABLE {name}.megatron_metrics")
+    assert "PARTITION BY toYYYYMMDD(timestamp)" in ddl
+    assert by_key(store.samples("j", 0, 9)) == by_key(rows("j", range(2), ranks=2))
+    store.close()
+
+
+def test_the_store_s_18_16_form_on_a_modern_server_is_read_and_written(db):
+    engine, name = db
+    admin(engine, f"CREATE TABLE {name}.megatron_metrics (timestamp DateTime, timestamp_ms UInt16, job String, "
+                  "metric_name String, subname String, rank Int32, iteration Int64, node String, cluster String, "
+                  "metric_values Array(Float64)) ENGINE = MergeTree PARTITION BY toYYYYMMDD(timestamp) "
+                  "ORDER BY (job, metric_name, rank, iteration)")
+    store = ClickHouseStore(engine.url(name))
+    written = [Sample(T0 + 0.123, "j", STEP_METRIC, 1, 0, (5.0,))]
+    store.write(written)
+    assert list(store.samples("j", 0, 0)) == written  # the milliseconds kept in timestamp_ms
+    store.close()
+
+
+@pytest.mark.parametrize("attributes", ["String", "JSON"])
+def test_the_megatron_layout_is_read_and_written_as_it_is(db, attributes):
+    engine, name = db
+    if attributes == "JSON" and not is_modern(engine):
+        pytest.skip("JSON columns exist from ClickHouse 25.3")
+    admin(engine, MEGATRON.format(db=name, attributes=attributes))
+    store = ClickHouseStore(engine.url(name))
+    written = rows("mega-1", range(3), ranks=2)
+    store.write(written)  # the table is kept: no second CREATE, no missing timestamp_ms
+    assert by_key(store.samples("mega-1", 0, 9)) == by_key(written)  # whole seconds: DateTime
+    its = store.iterations("mega-1")
+    assert [(i.iteration, i.step_ms, i.ranks) for i in its] == [(0, 101.0, 2), (1, 101.0, 2), (2, 101.0, 2)]
+    assert store.jobs() == ["mega-1"]
+    # A row another writer put there: rank and node as attributes, one value (18.16 has only
+    # the visitParam functions, which read compact JSON).
+    attrs = '{"rank": 3, "node": "host-3"}' if is_modern(engine) else '{"rank":3,"node":"host-3"}'
+    admin(engine, f"INSERT INTO {name}.megatron_metrics VALUES ({int(T0) + 9}, 'mega-1', '{STEP_METRIC}', 9, 7.5, "
+                  f"'{attrs}')")
+    [row] = store.samples("mega-1", 9, 9)
+    assert (row.rank, row.node, row.values, row.subname, row.timestamp) == (3, "host-3", (7.5,), "", T0 + 9)
+    store.close()
+
+
+def test_the_analysis_reader_reads_the_megatron_layout(db):
+    engine, name = db
+    admin(engine, MEGATRON.format(db=name, attributes="String"))
+    ClickHouseStore(engine.url(name)).write(rows("mega-2", range(4), ranks=2))
+    source = open_clickhouse(engine.url(name) + "?job=mega-2")
+    steps = list(source.steps())
+    assert len(steps) == 4
+
+
+def test_a_table_without_a_place_for_rank_is_refused_for_writes_and_read_as_rank_0(db):
+    engine, name = db
+    admin(engine, f"CREATE TABLE {name}.megatron_metrics (timestamp DateTime, job_id String, metric_name String, "
+                  "iteration UInt64, value Float64) ENGINE = MergeTree ORDER BY (job_id, metric_name, iteration)")
+    store = ClickHouseStore(engine.url(name))
+    with pytest.raises(StoreError, match=r"no column for rank, subname, node, cluster"):
+        store.write(rows("j", range(1), ranks=1))
+    admin(engine, f"INSERT INTO {name}.megatron_metrics VALUES ({int(T0)}, 'j', '{STEP_METRIC}', 4, 12.0)")
+    assert [(s.rank, s.iteration, s.values) for s in store.samples("j", 0, 9)] == [(0, 4, (12.0,))]
+    store.close()
+
+
+def test_a_table_that_is_no_metrics_table_is_named(db):
+    engine, name = db
+    admin(engine, f"CREATE TABLE {name}.megatron_metrics (x UInt8) ENGINE = MergeTree ORDER BY x")
+    with pytest.raises(StoreError, match=r"no column for timestamp, job, metric_name, iteration, values"):
+        ClickHouseStore(engine.url(name)).iterations("j")
+
+
+def test_a_large_answer_arriving_in_many_chunks_is_read_whole(db):
+    engine, name = db
+    store = ClickHouseStore(engine.url(name))
+    written = [Sample(T0 + it, "big", STEP_METRIC, r, it, (float(r),), node=f"node-{r // 8}")
+               for it in range(40) for r in range(512)]  # 20,480 rows: megabytes, many HTTP chunks
+    store.write(written)
+    assert sum(1 for _ in store.samples("big", 0, 39)) == len(written)
+    store.close()
+
+
+def test_the_monitor_names_the_straggler_of_a_megatron_layout_table(db, tmp_path):
+    from conftest import wait_for
+    from relax_straggler.monitor.replay import Injection, Synthetic, replay
+    from relax_straggler.monitor.service import Monitor, MonitorConfig
+    from relax_straggler.topology import Topology
+
+    engine, name = db
+    admin(engine, MEGATRON.format(db=name, attributes="JSON" if is_modern(engine) else "String"))
+    monitor = Monitor(MonitorConfig(engine.url(name), check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        monitor.register("mega-job", Topology(dp=16, pp=1, ranks_per_node=4))
+        store = ClickHouseStore(engine.url(name))
+        replay(Synthetic(ranks=16, iterations=50, step_ms=100, seed=3).steps(), store, "mega-job", speed=1e9,
+               injections=[Injection.parse("5:forward:80:40")], ranks_per_node=4)
+        store.close()
+        monitor.poll_once()
+        view = wait_for(lambda: (v := monitor.view("mega-job"))["status"] == "detected" and v, what="detected")
+        assert view["slowdown_check"]["straggler_prediction"] == {"straggler_rank": 5, "straggler_node": "node-1"}
+    finally:
+        monitor.stop()
