@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from relax_straggler.readers.arrow_values import nulls, values
 from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes, check_dense
 from relax_straggler.readers.layout import out_of_bounds, resolve_layout
 from relax_straggler.readers.op_records import OpCollector, OpRecords
@@ -88,18 +89,18 @@ class ParquetTraceReader:
 
     def _floats(self, batch: pa.RecordBatch, name: str) -> np.ndarray:
         """(rows,) float64 values, NaN for nulls."""
-        return self._column(batch, name).to_numpy(zero_copy_only=False).astype(np.float64)
+        col = self._column(batch, name)
+        out = values(col).astype(np.float64)
+        out[nulls(col)] = np.nan
+        return out
 
     def _ids(self, batch: pa.RecordBatch, name: str, valid: np.ndarray, first_row: int) -> np.ndarray:
         """(rows,) int64 ids of an integer column (_ID_RANGE); a row whose value is null, not
         an integer or out of range is reported and cleared from `valid` (its id reads 0)."""
         col = self._column(batch, name)
         lo, hi = _ID_RANGE[name]
-        null = np.zeros(len(col), dtype=bool)
-        if col.null_count:
-            null = col.is_null().to_numpy(zero_copy_only=False)
-            col = col.fill_null(0)
-        raw = col.to_numpy(zero_copy_only=False)
+        null = nulls(col)
+        raw = np.where(null, 0, values(col))
         with np.errstate(invalid="ignore"):
             if raw.dtype.kind == "f":
                 bad = null | ~np.isfinite(raw) | (raw != np.floor(raw)) | ~(raw >= lo) | ~(raw < float(hi) + 1)
@@ -173,12 +174,11 @@ class ParquetTraceReader:
         names = optype.dictionary.to_pylist()
         indices = optype.indices
         valid = np.ones(n, dtype=bool)
-        if indices.null_count:
-            null = indices.is_null().to_numpy(zero_copy_only=False)
+        null = nulls(indices)
+        if null.any():
             self._bad_rows(null, first_row, "optype is null", "malformed")
             valid &= ~null
-            indices = indices.fill_null(0)
-        codes = indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = np.where(null, 0, values(indices)).astype(np.int64)
 
         bad = valid & ~((duration_ms >= 0) & (duration_ms <= MAX_TIME_S * 1e3))
         self._bad_rows(bad, first_row, f"duration must be a number of seconds in [0, {MAX_TIME_S:g}]", "bad_value")
