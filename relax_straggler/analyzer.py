@@ -123,7 +123,11 @@ class Analyzer:
             ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
             self._gather: Union[SideGroupGather, LocalGather] = SideGroupGather(ranks, config.metrics_rank)
             if config.collective_timing:
-                self._collectives = CollectiveLayer(self._timer, ranks, exclude=[self._gather.group])
+                try:
+                    self._collectives = CollectiveLayer(self._timer, ranks, exclude=[self._gather.group])
+                except RuntimeError as exc:  # a torch whose private group registry moved: time without it
+                    log.warning("relax_straggler: %s; analysing without the collective layer (as with "
+                                "--straggler-no-collective-timing)", exc)
         else:
             if config.metrics_rank != 0:
                 raise ValueError(f"--straggler-metrics-rank {config.metrics_rank}: a single process has only rank 0")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable
 
+import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import ext
@@ -36,8 +37,8 @@ def group_registry() -> dict:
     try:
         return dist.distributed_c10d._world.pg_map
     except AttributeError as exc:  # a torch whose private registry moved
-        raise RuntimeError("relax_straggler: cannot list process groups on this torch version; "
-                           "pass --straggler-no-collective-timing") from exc
+        raise RuntimeError(f"cannot list process groups on torch {torch.__version__} "
+                           "(torch.distributed.distributed_c10d._world.pg_map)") from exc
 
 
 class CollectiveLayer:
@@ -95,12 +96,21 @@ class CollectiveLayer:
         return out
 
     def _wrap(self, pg: dist.ProcessGroup) -> list[str]:
-        comparable = frozenset(dist.get_process_group_ranks(pg)) == self._ranks
-        devices = {d.type for d in pg._device_types}
-        wrapped = [d for d in _DEVICE_ORDER if d in devices and ext().wrap_process_group(pg, d, self._timer, comparable)]
+        """The device types of `pg` now timed; a group that cannot be wrapped (a backend or a
+        torch the layer does not know) stays as it is, untimed, with one warning."""
+        wrapped: list[str] = []
+        try:
+            comparable = frozenset(dist.get_process_group_ranks(pg)) == self._ranks
+            devices = {d.type for d in pg._device_types}
+            for d in _DEVICE_ORDER:
+                if d in devices and ext().wrap_process_group(pg, d, self._timer, comparable):
+                    wrapped.append(d)
+        except Exception as exc:
+            log.warning("relax_straggler: cannot time process group %s (%s); its collectives run untimed",
+                        _group_name(pg), exc)
+            return wrapped
         if not wrapped:
-            log.info("relax_straggler: process group %s has no backend the collective layer can wrap",
-                     dist.distributed_c10d._get_process_group_name(pg))
+            log.info("relax_straggler: process group %s has no backend the collective layer can wrap", _group_name(pg))
         return wrapped
 
     def restore(self) -> None:
@@ -113,9 +123,16 @@ class CollectiveLayer:
         self._known = 0
 
 
+def _group_name(pg: dist.ProcessGroup) -> str:
+    try:
+        return dist.distributed_c10d._get_process_group_name(pg)
+    except Exception:  # a torch without the private helper
+        return repr(pg)
+
+
 def _progress_handle(pg: dist.ProcessGroup, devices: list[str]) -> tuple[str, str, tuple[int, ...], Any]:
     """(name, description, global ranks, GroupProgress) of a wrapped group; the timed device
     is the first wrapped one (CUDA where both are)."""
-    name = dist.distributed_c10d._get_process_group_name(pg)
+    name = _group_name(pg)
     desc = getattr(pg, "group_desc", "") or ""
     return name, desc, tuple(dist.get_process_group_ranks(pg)), ext().progress_of(pg, devices[0])
