@@ -104,13 +104,24 @@ def records_of(source: Source) -> OpRecords:
     return replayable(rec, source.problems)
 
 
+_SNIFF_LINES = 64  # damaged lines looked past for the first record that decides the format
+
+
 def _is_op_jsonl(path: str) -> bool:
+    """Whether the first JSON object among the first _SNIFF_LINES non-blank lines has an
+    optype key (a damaged first line does not decide: the reader reports it)."""
     try:
         with open(path, encoding="utf-8") as f:
-            first = next((line for line in f if line.strip()), "")
-        return isinstance(obj := json.loads(first), dict) and "optype" in obj
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
+            lines = (line for line in f if line.strip())
+            for _, line in zip(range(_SNIFF_LINES), lines):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                return isinstance(obj, dict) and "optype" in obj
+    except (OSError, UnicodeDecodeError):
+        pass
+    return False
 
 
 def read_op_input(path: str | Path, input_format: Optional[str] = None, strict: bool = False,

@@ -37,3 +37,16 @@ def test_op_jsonl_replays_like_the_parquet_trace(tmp_path: Path, capsys: pytest.
     assert out["slowdown"] == pytest.approx(ref.slowdown, rel=1e-9)
     assert out["by_stage"] == {str(k): pytest.approx(v, rel=1e-9) for k, v in ref.by_stage.items()}
     assert out["m_s"] == pytest.approx(ref.m_s.rem, rel=1e-9)
+
+
+def test_a_damaged_first_line_still_reads_as_op_jsonl_and_is_reported(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    ops = tmp_path / "ops.jsonl"
+    n = _write_op_jsonl(ops)
+    damaged = tmp_path / "damaged.jsonl"
+    damaged.write_text('{"dp_rank": 0, "stage": 0, "st\n' + ops.read_text())
+    assert cli_main(["whatif", str(damaged), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["input"]["format"] == "op-jsonl" and out["input"]["ops"] == n
+    assert "damaged.jsonl:1:" in captured.err
