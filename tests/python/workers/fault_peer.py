@@ -72,7 +72,9 @@ def main() -> None:
                       counters=analyzer.counters() if observed else {})
         with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
             json.dump(result, fh)
-    dist.destroy_process_group()
+        # Also after a failure: Gloo's workers may still hold the failed op, whose destruction
+        # during interpreter shutdown aborts the process (SIGABRT) whether observed or not.
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
