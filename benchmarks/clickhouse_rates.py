@@ -7,9 +7,12 @@
 Engines: ClickHouse 26.9 (chDB behind tests/services/chdb_front.py, in this process) and,
 where clickhouse-server is installed, Debian's 18.16 (tests/services/clickhouse.sh; it has
 no Arrow, so TabSeparated only). Per engine and wire format, the median of --repeats runs:
-  write  store.write_table of one prebuilt SAMPLE_SCHEMA table of --write-rows rows (body
-         built and sent, the server acknowledges), rows/s;
-  read   store.samples streaming --read-rows rows back as Samples, rows/s.
+  write    store.write_table of one prebuilt SAMPLE_SCHEMA table of --write-rows rows (body
+           built and sent, the server acknowledges), rows/s;
+  samples  store.samples streaming --read-rows rows back as Samples, rows/s;
+  table    store.table reading the same rows as one SAMPLE_SCHEMA table, rows/s;
+  steps    StoreSource.steps over the same range (Store.tables, column by column), steps/s
+           (one step = 1,024 ranks x 6 timers).
 Rows: 1,024 ranks x 6 timers per iteration, one value each, fixed seed.
 """
 
@@ -33,6 +36,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "services"))
 
 from relax_straggler.stores.base import SAMPLE_SCHEMA  # noqa: E402
+from relax_straggler.readers.metrics_rows import StoreSource  # noqa: E402
 from relax_straggler.stores.clickhouse import ClickHouseStore  # noqa: E402
 
 TIMERS = ["forward-compute", "backward-compute", "optimizer", "batch-generator", "all-grads-sync", "interval-time"]
@@ -64,24 +68,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _rate(count_of, n_expected=None) -> tuple[float, int]:
+    t = time.perf_counter()
+    n = count_of()
+    rate = n / (time.perf_counter() - t)
+    if n_expected is not None:
+        assert n == n_expected, (n, n_expected)
+    return rate, n
+
+
 def measure(url: str, wire: str, write_rows: int, read_rows: int, repeats: int) -> dict:
-    write, read = [], []
+    per_it = RANKS * len(TIMERS)
+    last_it = max(read_rows // per_it, 1) - 1 if read_rows < write_rows else (write_rows - 1) // per_it
+    expected = min(write_rows, (last_it + 1) * per_it)
+    out: dict[str, list[float]] = {"write": [], "samples": [], "table": [], "steps": []}
     for k in range(repeats):
         store = ClickHouseStore(url, wire=wire, timeout_s=300.0)
         job = f"bench-{wire}-{k}"
         table = rows(write_rows, job)
         t = time.perf_counter()
         store.write_table(table)
-        write.append(write_rows / (time.perf_counter() - t))
-        last_it = read_rows // (RANKS * len(TIMERS))
-        expected = min(write_rows, (last_it + 1) * RANKS * len(TIMERS)) if read_rows < write_rows else write_rows
-        t = time.perf_counter()
-        got = sum(1 for _ in store.samples(job, 0, last_it if read_rows < write_rows else 2**62))
-        read.append(got / (time.perf_counter() - t))
-        assert got == expected, (got, expected)
+        out["write"].append(write_rows / (time.perf_counter() - t))
+        out["samples"].append(_rate(lambda: sum(1 for _ in store.samples(job, 0, last_it)), expected)[0])
+        out["table"].append(_rate(lambda: store.table(job, 0, last_it).num_rows, expected)[0])
+        source = StoreSource(store, job, 0, last_it)
+        out["steps"].append(_rate(lambda: sum(1 for _ in source.steps()), last_it + 1)[0])
         store.close()
-    return {"write_rows_per_s": statistics.median(write), "read_rows_per_s": statistics.median(read),
-            "rows_read": got}
+    return {name: statistics.median(v) for name, v in out.items()} | {"rows_read": expected}
 
 
 def main() -> int:
@@ -112,10 +125,12 @@ def main() -> int:
                                                                     args.write_rows, args.read_rows, args.repeats)))
             finally:
                 subprocess.run(["bash", sh, "stop", os.path.join(tmp, "ch")], check=True)
-    print(f"{'engine':24} {'wire':6} {'write rows/s':>14} {'read rows/s':>14} (write {args.write_rows:,} rows, "
-          f"read ~{args.read_rows:,}, median of {args.repeats})")
+    print(f"{'engine':24} {'wire':6} {'write rows/s':>13} {'samples rows/s':>15} {'table rows/s':>13} "
+          f"{'steps/s':>8} (write {args.write_rows:,} rows, read "
+          f"{results[0][2]['rows_read']:,}, median of {args.repeats})")
     for engine, wire, r in results:
-        print(f"{engine:24} {wire:6} {r['write_rows_per_s']:14,.0f} {r['read_rows_per_s']:14,.0f}")
+        print(f"{engine:24} {wire:6} {r['write']:13,.0f} {r['samples']:15,.0f} {r['table']:13,.0f} "
+              f"{r['steps']:8,.1f}")
     return 0
 
 

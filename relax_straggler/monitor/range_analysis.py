@@ -17,6 +17,9 @@ import time
 from dataclasses import asdict, replace
 from typing import Iterator, Optional, Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from relax_straggler.analysis import Analysis, AnalyzeConfig, analyze, build_analysis
 from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.result import Anomaly
@@ -24,7 +27,7 @@ from relax_straggler.analysis.summary import verdict_dict
 from relax_straggler.detect import WindowConfig
 from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC
 from relax_straggler.stores import verdict_rows
-from relax_straggler.stores.base import Sample, Store
+from relax_straggler.stores.base import Sample, Store, table_to_samples
 from relax_straggler.monitor.trigger import IterationRange
 from relax_straggler.readers.base import InputError, StepTimes
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology
@@ -34,21 +37,23 @@ from relax_straggler.readers.metrics_rows import StoreSource
 MAX_EVIDENCE = 12
 # Largest rank id + 1 an analysis accepts (and largest registered layout, api.py).
 MAX_RANKS = MAX_WORLD_SIZE
+_VERDICT_NAMES = pa.array([VERDICT_METRIC, FINDING_METRIC])
 
 
 class _VerdictTap:
-    """A Store whose samples() passes the rows on and keeps the verdict rows among them, so
-    one read of the range serves the analysis and the live verdict."""
+    """A Store whose tables() passes the rows on and keeps the verdict rows among them (as
+    Samples: a few per iteration), so one read of the range serves the analysis and the
+    live verdict."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.rows: list[Sample] = []
 
-    def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
-        for row in self.store.samples(job, first_iteration, last_iteration, since):
-            if row.metric_name in (VERDICT_METRIC, FINDING_METRIC):
-                self.rows.append(row)
-            yield row
+    def tables(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[pa.Table]:
+        for table in self.store.tables(job, first_iteration, last_iteration, since):
+            verdicts = table.filter(pc.is_in(table.column("metric_name"), value_set=_VERDICT_NAMES))
+            self.rows.extend(table_to_samples(verdicts))
+            yield table
 
     def __getattr__(self, name: str):
         return getattr(self.store, name)

@@ -35,7 +35,7 @@ from relax_straggler.monitor.metrics import MonitorMetrics
 from relax_straggler.stores import hang_rows
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import Store, StoreError
-from relax_straggler.stores.url import parse_store_url
+from relax_straggler.stores.url import DEFAULT_TABLE, parse_store_url
 from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
 from relax_straggler.monitor.range_analysis import analyze_range
 from relax_straggler.monitor.state import StateJournal, read_state
@@ -83,8 +83,9 @@ class MonitorConfig:
         store = parse_store_url(self.store_url)
         if store.scheme == "file":
             return os.path.join(store.location, "monitor-state.json")
-        # One file per server and database: monitors of two stores never share a state file.
-        return f"relax-straggler-monitor-{store.location}-{store.port}-{store.database}.json"
+        # One file per server, database and table: monitors of two stores never share a state file.
+        table = "" if store.table in ("", DEFAULT_TABLE) else f"-{store.table}"
+        return f"relax-straggler-monitor-{store.location}-{store.port}-{store.database}{table}.json"
 
 
 @dataclass

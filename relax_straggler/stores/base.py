@@ -15,7 +15,9 @@ One row is one Megatron timer of one rank at one iteration, in the
     metric_values Array(Float64)   the timer's values, ms (one value per row in practice)
 
 Stores are opened from a URL by relax_straggler.stores.opener.open_store:
-``file://DIR`` (embedded, the default) or ``clickhouse://HOST:PORT/DB`` (a ClickHouse server).
+``file://DIR`` (embedded, the default) or ``clickhouse://HOST:PORT/DB[?table=NAME]`` (a
+ClickHouse server). Reads come as Samples (``samples``) or as SAMPLE_SCHEMA tables
+(``table``, ``tables``: no Python object per row, what the readers of long ranges use).
 """
 
 from __future__ import annotations
@@ -135,6 +137,16 @@ class Store(Protocol):
     def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
         """Every row of `job` with first_iteration <= iteration <= last_iteration and
         timestamp >= since, ordered by iteration then rank."""
+        ...
+
+    def table(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> pa.Table:
+        """The rows of samples() as one SAMPLE_SCHEMA table, in the same order (the range is
+        held in memory; no Python object per row)."""
+        ...
+
+    def tables(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[pa.Table]:
+        """The rows of samples() as SAMPLE_SCHEMA tables, in the same order, streamed where
+        the store can (a table may end inside an iteration; readers of long ranges use this)."""
         ...
 
     def jobs(self, since: float = 0.0) -> list[str]:

@@ -1,10 +1,14 @@
 """The ClickHouse store: a metrics table on a ClickHouse server, over its HTTP interface.
 
-URL: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB]`` (PORT: the HTTP port, 8123 by
-default; DB: ``default``). The table is ``megatron_metrics``; the store reads its columns
-first and uses the layout it finds (relax_straggler.stores.clickhouse_layout): its own
-table, which it creates with the database when a write finds none, or the Megatron
-metrics layout (``job_id``, ``value``, ``attributes``) a server may already have.
+URL: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB][?table=NAME]`` (PORT: the HTTP
+port, 8123 by default; DB: ``default``; NAME: ``megatron_metrics``). The store reads the
+table's columns and engine first and uses the layout it finds
+(relax_straggler.stores.clickhouse_layout): its own table, which it creates with the
+database when a write finds none, or the Megatron metrics layout (``job_id``, ``value``,
+``attributes``) a server may already have; either may be a Distributed table over local
+tables on the shards of a cluster (reads go through it; inserts are forwarded to the
+shards before the server answers). The store never creates a table on a cluster: its
+DDL is the operator's (docs/STORES.md).
 
 The client is httpx over the HTTP interface (relax_straggler.stores.clickhouse_http):
 rows travel as ArrowStream where the server has it, else TabSeparated (18.16). The
@@ -35,15 +39,20 @@ import pyarrow.compute as pc
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse_http import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
                                                     ClickHouseError, ClickHouseHTTP, credentials, redact)
-from relax_straggler.stores.clickhouse_layout import TABLE, Layout, own_ddl
-from relax_straggler.stores.clickhouse_rows import (arrow_body, arrow_samples, insert_table, tsv_body, tsv_samples,
-                                                    tsv_strings)
+from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
+from relax_straggler.stores.clickhouse_rows import (arrow_body, arrow_samples, arrow_tables, insert_table, tsv_body,
+                                                    tsv_samples, tsv_strings)
 from relax_straggler.stores.url import parse_store_url
 
 log = logging.getLogger(__name__)
 
 _MAX_TIMESTAMP = 2**32 - 1  # DateTime is a UInt32
+# An INSERT into a Distributed table returns once every shard has its rows (else the
+# server queues them and answers at once: the acknowledgment would not be one). The 18.16
+# name; newer servers keep it as an alias of distributed_foreground_insert.
+_DISTRIBUTED_INSERT = {"insert_distributed_sync": "1"}
 WIRES = ("arrow", "tsv")
+TSV_TABLE_ROWS = 65_536  # rows per table of a TabSeparated read (the size of an Arrow answer's batches)
 T = TypeVar("T")
 
 
@@ -140,9 +149,9 @@ class ServerFeatures:
 class ClickHouseStore:
     """The Store protocol (relax_straggler.stores.base) on a ClickHouse server.
 
-    url: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB]``; raises ValueError for a bad
-    URL. Nothing is sent until the first call. timeout_s: per request (connect and each
-    read); retries, backoff_s: of requests that can be repeated (clickhouse_http): short,
+    url: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB][?table=NAME]``; raises
+    ValueError for a bad URL (naming the part, e.g. the table parameter). Nothing is sent
+    until the first call. timeout_s: per request (connect and each read); retries, backoff_s: of requests that can be repeated (clickhouse_http): short,
     for a blip (a refused connect during a restart, a transient server code); the sink,
     ingest and the monitor retry longer on their own.
     wire: "arrow" or "tsv" to force the row format, None to take Arrow where the server
@@ -157,8 +166,8 @@ class ClickHouseStore:
         if wire not in (None, *WIRES):
             raise ValueError(f"wire must be one of {WIRES} or None, got {wire!r}")
         self.url = url
-        self.database = parsed.database
-        self._table = f"`{parsed.database}`.`{TABLE}`"
+        self.database, self.table_name = parsed.database, parsed.table
+        self._table = f"`{parsed.database}`.`{parsed.table}`"
         self._name = redact(url)
         user, password = credentials(url)
         self._http = ClickHouseHTTP(f"http://{parsed.location}:{parsed.port}", self._name, user, password,
@@ -199,10 +208,11 @@ class ClickHouseStore:
             layout = self._writable_layout()
             rows = insert_table(table, layout)
             names = ", ".join(f"`{n}`" for n in rows.column_names)
+            settings = _DISTRIBUTED_INSERT if layout.distributed else None
             if self._arrow():
-                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT ArrowStream", arrow_body(rows))
+                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT ArrowStream", arrow_body(rows), settings)
             else:
-                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT TabSeparated", tsv_body(rows))
+                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT TabSeparated", tsv_body(rows), settings)
 
         self._recovering(insert, "write to", create=True)
 
@@ -229,8 +239,26 @@ class ClickHouseStore:
         return self._recovering(read, "read", empty=[])
 
     def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
-        """Streams the rows (the answer is decoded as it arrives, never held whole).
-        Raises StoreError when the request fails, also part way through."""
+        """Streams the rows (the answer is decoded as it arrives, never held whole), one
+        Sample per row. Raises StoreError when the request fails, also part way through."""
+        return self._rows(job, first_iteration, last_iteration, since, arrow_samples, tsv_samples)
+
+    def tables(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[pa.Table]:
+        """The rows of samples() as SAMPLE_SCHEMA tables, streamed: one per Arrow record
+        batch of the answer, built column by column (a table may end inside an iteration);
+        a TabSeparated answer (18.16) in tables of TSV_TABLE_ROWS rows. Raises as samples()."""
+        return self._rows(job, first_iteration, last_iteration, since, arrow_tables, _tsv_tables)
+
+    def table(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> pa.Table:
+        """samples() as one SAMPLE_SCHEMA table (the whole range in memory). Raises as samples()."""
+        parts = list(self.tables(job, first_iteration, last_iteration, since))
+        return pa.concat_tables(parts) if parts else SAMPLE_SCHEMA.empty_table()
+
+    def _rows(self, job: str, first_iteration: int, last_iteration: int, since: float,
+              from_arrow: Callable[[Iterator[bytes]], Iterator[T]], from_tsv: Callable[[Iterator[str]], Iterator[T]]
+              ) -> Iterator[T]:
+        """The range's rows, decoded from the answer as it arrives by from_arrow (chunks of an
+        ArrowStream) or from_tsv (TabSeparated lines), ordered by iteration, rank, timer."""
         for attempt in (0, 1):
             layout = self._recovering(self._read_layout, "read", empty=None)
             if layout is None:
@@ -244,15 +272,15 @@ class ClickHouseStore:
                 with self._http.stream(query) as chunks:
                     if arrow:
                         try:
-                            yield from arrow_samples(chunks)
+                            yield from from_arrow(chunks)
                         except (pa.ArrowInvalid, OSError) as exc:  # e.g. the server's error after a 200
                             raise StoreError(f"{self._name}: the answer broke off: {exc}") from None
                     else:
-                        yield from tsv_samples(_lines(chunks))
+                        yield from from_tsv(_lines(chunks))
                 return
             except ClickHouseError as exc:
                 if exc.code in MISSING_TABLE_CODES:
-                    self._layout = None
+                    self._check_gone(exc)
                     return
                 if exc.code not in CHANGED_COLUMNS_CODES or attempt == 1:
                     raise self._permission(exc, "read") from None
@@ -296,7 +324,7 @@ class ClickHouseStore:
                 return call()
             except ClickHouseError as exc:
                 if exc.code in MISSING_TABLE_CODES:
-                    self._layout = None
+                    self._check_gone(exc)
                     if not create:
                         return empty  # type: ignore[return-value]
                 elif exc.code not in CHANGED_COLUMNS_CODES:
@@ -307,6 +335,18 @@ class ClickHouseStore:
                     raise
                 log.info("%s: %s; reading the table's columns again", self._name, exc)
         raise AssertionError("unreachable")
+
+    def _check_gone(self, exc: ClickHouseError) -> None:
+        """After a missing-table code: returns when the store's table is gone (a read then
+        answers no rows, a write creates it). Raises StoreError when it is still there: a
+        table it reads from is missing (the local table under a Distributed one, on this
+        server or a shard), which the store must not create in its place."""
+        self._layout = None
+        layout = self._read_layout()
+        if layout is not None:
+            below = " (the table under this Distributed table, on this server or a shard)" if layout.distributed else ""
+            raise StoreError(f"{self._name}: {self._table} exists but a table it reads is missing{below}; create it "
+                             f"ON CLUSTER (docs/STORES.md) (server code {exc.code}: {str(exc).split(': ', 2)[-1]})")
 
     def _permission(self, exc: ClickHouseError, action: str) -> StoreError:
         if exc.code not in PERMISSION_CODES:
@@ -332,13 +372,15 @@ class ClickHouseStore:
         """The table's columns (system.columns), read once; None while the table is absent."""
         if self._layout is not None:
             return self._layout
-        text = self._http.query(
-            f"SELECT name, type FROM system.columns WHERE database = {quote(self.database)} "
-            f"AND table = {quote(TABLE)} FORMAT TabSeparated").decode("utf-8")
+        where = f"database = {quote(self.database)} AND {{}} = {quote(self.table_name)}"
+        text = self._http.query(f"SELECT name, type FROM system.columns WHERE {where.format('table')} "
+                                "FORMAT TabSeparated").decode("utf-8")
         columns = dict(line.split("\t", 1) for line in tsv_strings(text.split("\n")))
         if not columns:
             return None
-        self._layout = Layout(self._table, columns, self._server().json_functions)
+        engine = tsv_strings(self._http.query(f"SELECT engine FROM system.tables WHERE {where.format('name')} "
+                                              "FORMAT TabSeparated").decode("utf-8").split("\n"))
+        self._layout = Layout(self._table, columns, self._server().json_functions, engine[0] if engine else "")
         return self._layout
 
     def _writable_layout(self) -> Layout:
@@ -362,6 +404,19 @@ class ClickHouseStore:
             return "1"
         since_ms = int(round(since * 1000.0))
         return layout.since(since_ms, min(since_ms // 1000, _MAX_TIMESTAMP))
+
+
+def _tsv_tables(lines: Iterator[str]) -> Iterator[pa.Table]:
+    """SAMPLE_SCHEMA tables of TSV_TABLE_ROWS rows of a TabSeparated answer (18.16 has no
+    Arrow: its rows are parsed one by one)."""
+    batch: list[Sample] = []
+    for sample in tsv_samples(lines):
+        batch.append(sample)
+        if len(batch) == TSV_TABLE_ROWS:
+            yield samples_to_table(batch)
+            batch = []
+    if batch:
+        yield samples_to_table(batch)
 
 
 def _lines(chunks: Iterator[bytes]) -> Iterator[str]:

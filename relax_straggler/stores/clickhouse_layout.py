@@ -23,7 +23,6 @@ from typing import Mapping, Optional
 
 from relax_straggler.stores.base import StoreError
 
-TABLE = "megatron_metrics"
 # The attribute keys of the Megatron layout (JSON object keys).
 ATTRIBUTE_FIELDS = ("rank", "subname", "node", "cluster")
 VALUES_KEY = "values"
@@ -56,7 +55,8 @@ class Layout:
 
     columns: name -> ClickHouse type, as system.columns lists them; json_functions: the
     server has JSONExtract (19.x+; else the simpler visitParam functions read attributes,
-    which need its keys at the top level, as written here). Raises StoreError
+    which need its keys at the top level, as written here); engine: the table's engine as
+    system.tables names it ('' when unknown). Raises StoreError
     (naming `table`) when a column every layout needs is missing: a timestamp, a job
     (``job`` or ``job_id``), ``metric_name``, ``iteration`` and the values
     (``metric_values`` or ``value``).
@@ -65,6 +65,7 @@ class Layout:
     table: str
     columns: Mapping[str, str]
     json_functions: bool = True
+    engine: str = ""
 
     def __post_init__(self) -> None:
         missing = [what for what, names in (("timestamp", ("timestamp",)), ("job", ("job", "job_id")),
@@ -74,6 +75,11 @@ class Layout:
         if missing:
             raise StoreError(f"table {self.table} has columns {sorted(self.columns)}: no column for "
                              f"{', '.join(missing)}; expected the megatron_metrics layout (docs/STORES.md)")
+
+    @property
+    def distributed(self) -> bool:
+        """The table is a Distributed table: rows live in a local table on each shard."""
+        return self.engine == "Distributed"
 
     # column facts --------------------------------------------------------------------------
     def type_of(self, name: str) -> str:

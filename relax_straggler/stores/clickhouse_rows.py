@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relax_straggler.stores.base import Sample
+from relax_straggler.stores.base import SAMPLE_SCHEMA, Sample, table_to_samples
 from relax_straggler.stores.clickhouse_layout import ATTRIBUTE_FIELDS, FIELDS, VALUES_KEY, Layout
 
 # TabSeparated escapes, backslash first (ClickHouse reads these back).
@@ -136,20 +136,33 @@ def tsv_samples(lines: Iterable[str]) -> Iterator[Sample]:
                      subname=_untsv(subname), node=_untsv(node), cluster=_untsv(cluster))
 
 
-def arrow_samples(chunks: Iterator[bytes]) -> Iterator[Sample]:
-    """Samples of an ArrowStream answer to a SELECT of Layout.select(), batch by batch."""
+def arrow_tables(chunks: Iterator[bytes]) -> Iterator[pa.Table]:
+    """SAMPLE_SCHEMA tables of an ArrowStream answer to a SELECT of Layout.select(), one
+    per record batch as it arrives (a batch may end inside an iteration). Column by column:
+    no Python object per row."""
     # Buffered: its read(n) returns n bytes unless the answer ended, as Arrow's reader expects.
     reader = pa.ipc.open_stream(io.BufferedReader(_ChunkReader(chunks), buffer_size=1 << 20))
     for batch in reader:
-        cols = {}
-        for f in FIELDS:
-            col = batch.column(f"_{f}")
-            if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):  # servers before 23.x
-                col = col.cast(pa.string())
-            cols[f] = col.to_pylist()
-        for ts_ms, job, metric, subname, rank, iteration, node, cluster, values in zip(*cols.values()):
-            yield Sample(timestamp=ts_ms / 1000.0, job=job, metric_name=metric, rank=rank, iteration=iteration,
-                         values=tuple(values), subname=subname, node=node, cluster=cluster)
+        yield sample_table(batch)
+
+
+def sample_table(batch: pa.RecordBatch) -> pa.Table:
+    """The SAMPLE_SCHEMA table of one answer batch of Layout.select() (its `_<field>`
+    columns; timestamp from ms to s)."""
+    cols = {}
+    for f in FIELDS:
+        col = batch.column(f"_{f}")
+        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):  # servers before 23.x
+            col = col.cast(pa.string())
+        cols[f] = col
+    cols["timestamp"] = pc.divide(pc.cast(cols.pop("ts_ms"), pa.float64()), 1000.0)
+    return pa.table({name: cols[name] for name in SAMPLE_SCHEMA.names}).cast(SAMPLE_SCHEMA)
+
+
+def arrow_samples(chunks: Iterator[bytes]) -> Iterator[Sample]:
+    """Samples of an ArrowStream answer to a SELECT of Layout.select(), batch by batch."""
+    for table in arrow_tables(chunks):
+        yield from table_to_samples(table)
 
 
 class _ChunkReader(io.RawIOBase):

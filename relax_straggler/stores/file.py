@@ -284,6 +284,11 @@ class FileStore:
         table = self.table(job, first_iteration, last_iteration, since)
         return iter(table_to_samples(table))
 
+    def tables(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[pa.Table]:
+        """table() as the one table of an iterator (the rows are sorted in memory: nothing
+        to stream). Raises StoreError when the store directory is gone."""
+        yield self.table(job, first_iteration, last_iteration, since)
+
     def table(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> pa.Table:
         """samples() as a SAMPLE_SCHEMA table."""
         with self._lock:

@@ -1,11 +1,15 @@
 """Store URLs: the one parser (opener.open_store opens the store a URL names).
 
     file://DIR                     FileStore, the embedded default (no server)
-    clickhouse://HOST[:PORT][/DB]  ClickHouseStore (a ClickHouse server over HTTP; PORT
-                                   default 8123, DB default 'default')
+    clickhouse://HOST[:PORT][/DB][?table=NAME]
+                                   ClickHouseStore (a ClickHouse server over HTTP; PORT
+                                   default 8123, DB default 'default', NAME default
+                                   megatron_metrics: a MergeTree or a Distributed table)
 
-A URL may carry a query whose parameters its user accepts: ``?job=ID`` (the live sink,
-ingest, replay) and ``&first=N&last=M`` (an analysis input's iteration range).
+``?table=NAME`` is part of a ClickHouse store's address: every command that takes a store
+URL accepts it, and ``StoreURL.url`` keeps it. A URL may also carry a query whose
+parameters its user accepts: ``?job=ID`` (the live sink, ingest, replay) and
+``&first=N&last=M`` (an analysis input's iteration range).
 """
 
 from __future__ import annotations
@@ -18,15 +22,20 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 from relax_straggler.stores.base import check_job_id
 
 QUERY_PARAMETERS = ("job", "first", "last")
+# The store's own parameter: which table of DB a ClickHouse store reads and writes.
+TABLE_PARAMETER = "table"
+DEFAULT_TABLE = "megatron_metrics"
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"  # spliced into SQL between backquotes: nothing else passes
 
 
 @dataclass(frozen=True)
 class StoreURL:
     """A parsed store URL.
 
-    url: the store's URL without its query; scheme: "file" or "clickhouse"; location: the
-    directory (file) or the host (clickhouse); port, database: ClickHouse's (None, "" for a
-    file store); job, first, last: the query's parameters, None when absent.
+    url: the store's URL without the caller's parameters (job, first, last; a ClickHouse
+    ``?table=`` stays: it names the store); scheme: "file" or "clickhouse"; location: the
+    directory (file) or the host (clickhouse); port, database, table: ClickHouse's (None,
+    "", "" for a file store); job, first, last: the query's parameters, None when absent.
     """
 
     url: str
@@ -37,6 +46,7 @@ class StoreURL:
     job: Optional[str] = None
     first: Optional[int] = None
     last: Optional[int] = None
+    table: str = ""
 
 
 def parse_store_url(url: str, accept: Collection[str] = ()) -> StoreURL:
@@ -44,9 +54,10 @@ def parse_store_url(url: str, accept: Collection[str] = ()) -> StoreURL:
 
     Raises ValueError naming the URL and the part that is wrong: an unknown scheme, a file
     URL without a directory, a ClickHouse URL without a host or with a database name other
-    than letters, digits and '_' (it is spliced into SQL), a malformed or unknown query
-    parameter, an iteration that is not an integer
-    >= 0 or a range whose first is after its last.
+    than letters, digits and '_' (it is spliced into SQL), a ``table`` parameter on a file
+    URL or naming anything but letters, digits and '_', a malformed or unknown query
+    parameter, an iteration that is not an integer >= 0 or a range whose first is after
+    its last.
     """
     parts = urlsplit(url)
     base = urlunsplit(parts._replace(query=""))
@@ -64,11 +75,20 @@ def parse_store_url(url: str, accept: Collection[str] = ()) -> StoreURL:
         scheme, location, port = "clickhouse", parts.hostname, parts.port or 8123
     else:
         raise ValueError(f"store URL {url!r}: scheme must be file:// or clickhouse://")
-    query = _query(url, parts.query, accept)
+    store_parameters = (TABLE_PARAMETER,) if scheme == "clickhouse" else ()
+    query = _query(url, parts.query, (*accept, *store_parameters))
     first, last = (_iteration(url, name, query.get(name)) for name in ("first", "last"))
     if first is not None and last is not None and first > last:
         raise ValueError(f"store URL {url!r}: first ({first}) is after last ({last})")
-    return StoreURL(base, scheme, location, port, database, query.get("job"), first, last)
+    table = ""
+    if scheme == "clickhouse":
+        table = query.get(TABLE_PARAMETER, DEFAULT_TABLE)
+        if not re.fullmatch(_IDENTIFIER, table):
+            raise ValueError(f"store URL {url!r}: parameter table={table!r} must be letters, digits and '_' "
+                             "(a table name, first not a digit)")
+        if TABLE_PARAMETER in query:
+            base = f"{base}?{TABLE_PARAMETER}={table}"
+    return StoreURL(base, scheme, location, port, database, query.get("job"), first, last, table)
 
 
 def parse_writer_url(url: str) -> StoreURL:
@@ -86,7 +106,8 @@ def parse_writer_url(url: str) -> StoreURL:
 
 def _query(url: str, text: str, accept: Collection[str]) -> dict[str, str]:
     """The last value of each query parameter; ValueError for a malformed or unknown one."""
-    expected = "&".join(f"{name}=..." for name in QUERY_PARAMETERS if name in accept) or "no query"
+    names = (*QUERY_PARAMETERS, TABLE_PARAMETER)
+    expected = "&".join(f"{name}=..." for name in names if name in accept) or "no query"
     try:
         query = parse_qs(text, keep_blank_values=True, strict_parsing=bool(text))
     except ValueError as exc:

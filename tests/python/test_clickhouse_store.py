@@ -62,6 +62,32 @@ def test_round_trip_keeps_every_field(store):
     assert store.jobs() == ["job-a"]
 
 
+@pytest.mark.parametrize("wire", ["arrow", "tsv"])
+def test_table_reads_are_the_rows_of_samples_in_their_order(engine, wire):
+    from relax_straggler.stores.base import SAMPLE_SCHEMA, samples_to_table, table_to_samples
+
+    s = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"), wire=wire)
+    try:
+        if wire == "arrow" and not s._server().arrow:
+            pytest.skip("this server has no ArrowStream")
+        rows = step_rows("job-a", range(4), ranks=3)
+        s.write(rows)
+        table = s.table("job-a", 1, 2)
+        assert table.schema == SAMPLE_SCHEMA
+        assert table.equals(samples_to_table(list(s.samples("job-a", 1, 2))))
+        assert list(table_to_samples(table)) == [r for r in sorted(rows, key=lambda r: (r.iteration, r.rank,
+                                                 r.metric_name, r.subname)) if 1 <= r.iteration <= 2]
+        assert sum(t.num_rows for t in s.tables("job-a", 0, 3)) == len(rows)
+        assert s.table("no-such-job", 0, 9).equals(SAMPLE_SCHEMA.empty_table())
+    finally:
+        s.close()
+    missing = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"), wire=wire)
+    try:  # no table yet: no rows
+        assert missing.table("job-a", 0, 9).num_rows == 0
+    finally:
+        missing.close()
+
+
 def test_iterations_aggregate_the_step_metric(store):
     store.write(step_rows("job-a", range(5), ranks=4, slow_rank=2))
     store.write(step_rows("job-b", range(2), ranks=2))

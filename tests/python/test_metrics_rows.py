@@ -16,6 +16,7 @@ from relax_straggler.stores.base import Sample
 from relax_straggler.readers import InputError, Problems, open_source
 from relax_straggler.readers.base import P2P_OPS
 from relax_straggler.readers.metrics_rows import RowConverter, StoreSource
+from row_oracle import RowOracle
 from relax_straggler.stages import STAGE_IDS
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -130,3 +131,75 @@ def test_stages_without_a_megatron_timer_round_trip(tmp_path):
     assert {"straggler/attention", "straggler/moe", "straggler/communication/send"} <= names
     back = list(StoreSource(store, "odd", 7, 7).steps())
     np.testing.assert_allclose(back[0].ms, ms, equal_nan=True)
+
+
+# The numpy path over tables against the row-by-row reference (row_oracle.py) ----------------
+MIXED_NAMES = ["forward-compute", "backward-compute", "optimizer", "interval-time", "forward-backward",
+               "forward-send-backward-recv", "backward-recv", "straggler/attention", "warp-drive", "straggler/warp"]
+
+
+def mixed_rows(seed: int, iterations: int = 12, ranks: int = 6) -> list[Sample]:
+    """Rows of every kind a store holds, bad ones included: unknown and excluded names,
+    repeated (rank, timer, subname), empty / negative / non-finite values, several values,
+    subnames, nodes that change, iterations with no usable row."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for it in range(iterations):
+        for _ in range(int(rng.integers(0, ranks * 5))):
+            kind = rng.random()
+            values = tuple(float(v) for v in np.round(rng.uniform(0, 50, int(rng.integers(1, 4))), 3))
+            if kind < 0.04:
+                values = ()
+            elif kind < 0.08:
+                values = (float(rng.choice([-1.0, float("nan"), float("inf")])),) + values
+            out.append(Sample(1.0, "j", str(rng.choice(MIXED_NAMES)), int(rng.integers(0, ranks)), it, values,
+                              subname=str(rng.choice(["", "", "mb0", "mb1"])),
+                              node=str(rng.choice(["", "n0", "n1", "n2"]))))
+    return out
+
+
+def as_tables(samples: list[Sample], cuts: list[int]):
+    """The rows as SAMPLE_SCHEMA tables cut at `cuts` (inside iterations too), each a slice
+    of one big table, as a store's answer batches are."""
+    from relax_straggler.stores.base import samples_to_table
+
+    whole = samples_to_table(samples)
+    bounds = [0, *sorted(set(cuts)), len(samples)]
+    return [whole.slice(lo, hi - lo) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def assert_same_steps(a, b):
+    assert [s.step for s in a] == [s.step for s in b]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.ranks, y.ranks)
+        assert x.ranks.dtype == y.ranks.dtype
+        np.testing.assert_array_equal(x.ms, y.ms)  # bitwise: NaN where NaN, sums in the same order
+        assert (x.p2p_ms is None) == (y.p2p_ms is None)
+        if x.p2p_ms is not None:
+            np.testing.assert_array_equal(x.p2p_ms, y.p2p_ms)
+        np.testing.assert_equal(x.step_ms, y.step_ms)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_table_path_gives_the_reference_steps_problems_and_counts(seed):
+    samples = mixed_rows(seed)
+    rng = np.random.default_rng(100 + seed)
+    cuts = [int(c) for c in rng.integers(0, max(len(samples), 1), 5)]
+    by_rows = RowOracle("j", Problems("store job j"))
+    by_tables = RowConverter("j", Problems("store job j"))
+    assert_same_steps(list(by_rows.steps(samples)), list(by_tables.table_steps(as_tables(samples, cuts))))
+    assert [str(p) for p in by_tables.problems.kept] == [str(p) for p in by_rows.problems.kept]
+    assert by_tables.problems.counts == by_rows.problems.counts and by_rows.problems.total > 0
+    assert (by_tables.nodes, by_tables.unknown, by_tables.excluded, by_tables.records) == \
+        (by_rows.nodes, by_rows.unknown, by_rows.excluded, by_rows.records)
+
+
+def test_the_table_path_stops_at_the_same_first_problem_when_strict():
+    samples = mixed_rows(3)
+    messages = []
+    for steps in (lambda: RowOracle("j", Problems("store job j", strict=True)).steps(samples),
+                  lambda: RowConverter("j", Problems("store job j", strict=True)).table_steps(as_tables(samples, [7, 30]))):
+        with pytest.raises(InputError, match="--strict") as info:
+            list(steps())
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]

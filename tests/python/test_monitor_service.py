@@ -313,8 +313,10 @@ def test_clickhouse_stores_have_their_own_default_state_file():
     a = MonitorConfig("clickhouse://127.0.0.1:8123/default").resolved_state_path()
     b = MonitorConfig("clickhouse://127.0.0.1:9123/default").resolved_state_path()
     c = MonitorConfig("clickhouse://127.0.0.1:8123/metrics").resolved_state_path()
-    assert len({a, b, c}) == 3
+    d = MonitorConfig("clickhouse://127.0.0.1:8123/default?table=dist_metrics").resolved_state_path()
+    assert len({a, b, c, d}) == 4
     assert a == "relax-straggler-monitor-127.0.0.1-8123-default.json"
+    assert MonitorConfig("clickhouse://127.0.0.1:8123/default?table=megatron_metrics").resolved_state_path() == a
 
 
 def test_a_clickhouse_url_with_a_bad_database_is_refused_at_start(tmp_path):

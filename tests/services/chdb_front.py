@@ -15,6 +15,12 @@ HTTP front speaking the part of ClickHouse's HTTP interface the store uses.
 stop() closes the port and keeps the engine and its data, so stop() + start() is a server
 restart with nothing lost. One engine per process (chDB's rule): every front of a test
 run shares it, each on its own databases.
+
+The engine has the cluster ``test_shard_localhost`` (one shard: this engine), as a
+server's default configuration does, so Distributed tables work: its configuration
+names a TCP port (a free one, never opened: chDB listens on nothing) and the cluster's
+replica on it, which makes the shard local. URL parameters of a ``POST`` other than
+``query`` are the statement's settings, as on a server (``insert_distributed_sync=1``).
 """
 
 from __future__ import annotations
@@ -36,12 +42,31 @@ _READ = re.compile(r"^\s*(SELECT|WITH|DESCRIBE|DESC|SHOW|EXISTS)\b", re.I)
 _CODE = re.compile(r"Code: (\d+)\.")
 
 
+_CONFIG = """<clickhouse>
+    <tcp_port>{port}</tcp_port>
+    <remote_servers>
+        <test_shard_localhost>
+            <shard><replica><host>localhost</host><port>{port}</port></replica></shard>
+        </test_shard_localhost>
+    </remote_servers>
+</clickhouse>
+"""
+# Settings of the HTTP interface itself, not of the statement.
+_HTTP_PARAMETERS = ("query", "wait_end_of_query")
+
+
 def _session(path: str):
     global _engine
     if _engine is None:
         from chdb import session
 
-        _engine = session.Session(path)
+        config = f"{path.rstrip('/')}.config.xml"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        with open(config, "w") as fh:
+            fh.write(_CONFIG.format(port=port))
+        _engine = session.Session(f"{path}?config-file={config}")
     return _engine
 
 
@@ -90,15 +115,17 @@ class ChdbFront:
                 parts = urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
-                query = parse_qs(parts.query).get("query", [None])[-1]
+                params = parse_qs(parts.query)
+                query = params.get("query", [None])[-1]
+                settings = {k: v[-1] for k, v in params.items() if k not in _HTTP_PARAMETERS}
                 if query is None:
-                    self._run(body.decode("utf-8"), b"")
+                    self._run(body.decode("utf-8"), b"", settings)
                 else:
-                    self._run(query, body)
+                    self._run(query, body, settings)
 
-            def _run(self, sql: str, data: bytes) -> None:
+            def _run(self, sql: str, data: bytes, settings: Optional[dict] = None) -> None:
                 user = self._user()
-                status, headers, payload = front.execute(sql, data, user)
+                status, headers, payload = front.execute(sql, data, user, settings or {})
                 self._answer(status, payload, headers)
 
             def _user(self) -> str:
@@ -132,8 +159,10 @@ class ChdbFront:
             except OSError:
                 pass
 
-    def execute(self, sql: str, data: bytes, user: str = "default") -> tuple[int, dict, bytes]:
-        """(HTTP status, headers, body) of one statement, as the front answers it."""
+    def execute(self, sql: str, data: bytes, user: str = "default",
+                settings: Optional[dict] = None) -> tuple[int, dict, bytes]:
+        """(HTTP status, headers, body) of one statement, as the front answers it; settings:
+        the statement's (of an INSERT with data only, the one kind the store sends)."""
         if user in self.readonly_users and not _READ.match(sql):
             return _error(f"Code: 164. DB::Exception: {user}: Cannot execute query in readonly mode. (READONLY)")
         path = None
@@ -146,7 +175,11 @@ class ChdbFront:
                 fd, path = tempfile.mkstemp(prefix="chdb-insert-", dir=self.data_dir)
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
-                sql = f"{m.group(1)} FROM INFILE '{path}' FORMAT {m.group(2)}"
+                if not all(re.fullmatch(r"\w+", k + v) for k, v in (settings or {}).items()):
+                    return _error(f"Code: 115. DB::Exception: the front takes settings NAME=VALUE of letters, "
+                                  f"digits and _, got {settings}. (UNKNOWN_SETTING)")
+                given = ", ".join(f"{k} = {v}" for k, v in (settings or {}).items())
+                sql = f"{m.group(1)} FROM INFILE '{path}' {'SETTINGS ' + given if given else ''} FORMAT {m.group(2)}"
             sql, fmt = _split_format(sql)
             with _engine_lock:
                 result = _engine.query(sql, fmt)

@@ -9,6 +9,8 @@
 #
 # Only the HTTP interface is opened (the stores speak HTTP): no native, interserver or
 # MySQL port, so several instances never collide. Users: `default`, and `reader`, read-only.
+# CLICKHOUSE_TCP_PORT=N (a free port) also opens the native port N on 127.0.0.1 and defines
+# the cluster `test_shard_localhost` (one shard: this server), for Distributed tables.
 # Needs clickhouse-server (`make setup`).
 set -euo pipefail
 
@@ -35,6 +37,19 @@ import sys, urllib.request
 with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/?query=SELECT%201", timeout=2) as r:
     sys.exit(0 if r.read().strip() == b"1" else 1)
 PY
+}
+
+cluster_config() {  # the native port and a one-shard cluster on it, when CLICKHOUSE_TCP_PORT is set
+    local tcp=${CLICKHOUSE_TCP_PORT:-}
+    [ -n "$tcp" ] || return 0
+    cat <<XML
+    <tcp_port>$tcp</tcp_port>
+    <remote_servers>
+        <test_shard_localhost>
+            <shard><replica><host>localhost</host><port>$tcp</port></replica></shard>
+        </test_shard_localhost>
+    </remote_servers>
+XML
 }
 
 write_config() {
@@ -66,6 +81,7 @@ write_config() {
     <default_database>default</default_database>
     <timezone>UTC</timezone>
     <mlock_executable>false</mlock_executable>
+$(cluster_config)
 </yandex>
 XML
     cat >"$dir/users.xml" <<'XML'
@@ -118,6 +134,8 @@ start() {
     dir=$(cd "$1" && pwd)
     port=$2
     [[ $port =~ ^[0-9]+$ ]] || { echo "clickhouse.sh: PORT must be a number, got '$port'" >&2; exit 2; }
+    [[ ${CLICKHOUSE_TCP_PORT:-0} =~ ^[0-9]+$ ]] || {
+        echo "clickhouse.sh: CLICKHOUSE_TCP_PORT must be a number, got '$CLICKHOUSE_TCP_PORT'" >&2; exit 2; }
     if running "$dir"; then
         answers "$port" && exit 0
     else
