@@ -188,13 +188,19 @@ def hang_answer_rows(job: str, step: int, rank: int, timestamp: float):
     return report_rows(hang_report(answer), job, timestamp, ["node-0"])
 
 
-def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url):
+def hanging(make_monitor, store_url, job: str) -> tuple[Monitor, Clock]:
+    """A monitor whose job `job` wrote 10 iterations and then nothing for 61 s (threshold 60)."""
     clock = Clock()
     m = make_monitor(clock=clock, hang_threshold_s=60.0)
-    m.register("stuck")
-    write_job(store_url, "stuck", 10, inject="")
+    m.register(job)
+    write_job(store_url, job, 10, inject="")
     m.poll_once()
     clock.now += 61.0
+    return m, clock
+
+
+def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url):
+    m, clock = hanging(make_monitor, store_url, "stuck")
     m.poll_once()
     view = m.view("stuck")
     assert view["hang_check"]["is_hanging"] and view["hang_check"]["rca"] is None  # not answered yet
@@ -218,12 +224,7 @@ def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url
 
 
 def test_a_malformed_hang_row_is_named_in_the_answer(make_monitor, store_url):
-    clock = Clock()
-    m = make_monitor(clock=clock, hang_threshold_s=60.0)
-    m.register("garbled")
-    write_job(store_url, "garbled", 10, inject="")
-    m.poll_once()
-    clock.now += 61.0
+    m, clock = hanging(make_monitor, store_url, "garbled")
     store = open_store(store_url)
     try:
         store.write([Sample(clock.now, "garbled", "straggler/hang", 0, 9, (2.0,), subname="not json")])
