@@ -16,6 +16,7 @@ numeric ones so a plain SQL query can filter on them. Times in s.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Iterable, Mapping, Optional
 
 import pyarrow as pa
@@ -28,6 +29,8 @@ DETECTED = PREFIX + "detected"
 HANG_VALUES = ("rank", "seq", "waiting_ranks", "waited_s", "stalled_s")
 FIELDS = ("kind", "rank", "group", "group_ranks", "op", "seq", "waiting_ranks", "waited_s", "last_completed",
           "no_snapshot_ranks", "stalled_s", "step", "answer")
+_INTEGERS = ("rank", "seq", "waiting_ranks", "step")
+_NUMBERS = ("waited_s", "stalled_s")
 
 
 def is_hang_answer(metrics: Mapping[str, Any]) -> bool:
@@ -54,8 +57,8 @@ def hang_table(metrics: Mapping[str, Any], job: str, timestamp: float, node: str
 
 def decode(sample: Sample) -> Optional[dict[str, Any]]:
     """The answer `sample` holds ({FIELDS..., "answered_at": s since the epoch}); None for
-    any other metric. Raises ValueError naming the row when its subname is not the JSON
-    object of FIELDS."""
+    any other metric. Raises ValueError naming the row (and the field) when its subname is
+    not the JSON object of FIELDS with integers, numbers and strings where they belong."""
     if sample.metric_name != HANG_METRIC:
         return None
     where = f"{HANG_METRIC} row of job {sample.job!r}, iteration {sample.iteration}"
@@ -68,6 +71,16 @@ def decode(sample: Sample) -> Optional[dict[str, Any]]:
     missing = [name for name in FIELDS if name not in fields]
     if missing:
         raise ValueError(f"{where}: subname lacks {', '.join(missing)}")
+    for name in FIELDS:
+        value = fields[name]
+        if name in _INTEGERS:
+            ok, want = type(value) is int, "an integer"
+        elif name in _NUMBERS:
+            ok, want = type(value) in (int, float) and math.isfinite(value), "a finite number of s"
+        else:
+            ok, want = isinstance(value, str), "a string"
+        if not ok:
+            raise ValueError(f"{where}: {name} must be {want}, got {json.dumps(value)[:40]}")
     return {**{name: fields[name] for name in FIELDS}, "answered_at": sample.timestamp}
 
 

@@ -223,16 +223,24 @@ def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url
     assert not view["hang_check"]["is_hanging"] and view["hang_check"]["rca"] is None
 
 
-def test_a_malformed_hang_row_is_named_in_the_answer(make_monitor, store_url):
-    m, clock = hanging(make_monitor, store_url, "garbled")
+@pytest.mark.parametrize("subname,why", [("not json", "subname is not JSON"),
+                                         ('{"step": "9"}', "subname lacks kind, rank"),
+                                         ('{"kind": "lagging", "rank": 1, "group": "g", "group_ranks": "0-1", '
+                                          '"op": "all_reduce", "seq": 2, "waiting_ranks": 1, "waited_s": 3, '
+                                          '"last_completed": "", "no_snapshot_ranks": "", "stalled_s": 3, '
+                                          '"step": "9", "answer": "a"}', "step must be an integer")])
+def test_a_malformed_hang_row_is_named_in_the_answer(make_monitor, store_url, subname, why):
+    job = f"garbled-{len(why)}"  # one job per case: the ClickHouse server outlives a test
+    m, clock = hanging(make_monitor, store_url, job)
     store = open_store(store_url)
     try:
-        store.write([Sample(clock.now, "garbled", "straggler/hang", 0, 9, (2.0,), subname="not json")])
+        store.write([Sample(clock.now, job, "straggler/hang", 0, 9, (2.0,), subname=subname)])
     finally:
         store.close()
     m.poll_once()
-    rca = m.view("garbled")["hang_check"]["rca"]
-    assert "straggler/hang row of job 'garbled', iteration 9: subname is not JSON" in rca["error"]
+    view = m.view(job)
+    assert view["poll_error"] is None
+    assert f"straggler/hang row of job '{job}', iteration 9: {why}" in view["hang_check"]["rca"]["error"]
 
 
 def test_restart_keeps_jobs_results_and_reruns_a_cut_analysis(make_monitor, store_url, tmp_path):
