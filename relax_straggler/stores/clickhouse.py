@@ -18,7 +18,8 @@ parameters either, so string literals are escaped here (``quote``), and every va
 comes from a typed, validated Sample.
 
 Recovery is keyed by the server's error code: a table or database that vanished is
-created again by the next write (reads find no rows meanwhile), columns changed behind
+created again by the next write (reads find no rows meanwhile; a table of another layout
+is not replaced by the store's own: writes fail naming it until it is back), columns changed behind
 the store are read again, a user without the right to write gets a StoreError naming the
 user and the table, and a server that is down or restarting raises StoreError after
 bounded retries; the same object works again once it answers. A write returns only
@@ -175,6 +176,7 @@ class ClickHouseStore:
         self._wire = wire
         self._features: Optional[ServerFeatures] = None
         self._layout: Optional[Layout] = None  # the table's columns as last read; None: not read or absent
+        self._lost: Optional[Layout] = None  # a table of another layout that vanished: not created again
         self._lock = threading.Lock()
 
     # Store protocol ---------------------------------------------------------------------
@@ -341,8 +343,10 @@ class ClickHouseStore:
         answers no rows, a write creates it). Raises StoreError when it is still there: a
         table it reads from is missing (the local table under a Distributed one, on this
         server or a shard), which the store must not create in its place."""
-        self._layout = None
+        previous, self._layout = self._layout, None
         layout = self._read_layout()
+        if layout is None and previous is not None and not previous.own:
+            self._lost = previous
         if layout is not None:
             below = " (the table under this Distributed table, on this server or a shard)" if layout.distributed else ""
             raise StoreError(f"{self._name}: {self._table} exists but a table it reads is missing{below}; create it "
@@ -385,6 +389,12 @@ class ClickHouseStore:
 
     def _writable_layout(self) -> Layout:
         layout = self._read_layout()
+        if layout is None and self._lost is not None:
+            raise StoreError(f"{self._name}: {self._table} (columns {', '.join(self._lost.columns)}) is gone; the "
+                             "store does not create it again in its own layout, which the table's other writers "
+                             "could not write: create it again as it was (docs/STORES.md)")
+        if layout is not None:
+            self._lost = None
         if layout is None:
             self._http.query(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
             self._http.query(own_ddl(self._table, self._server().datetime64))

@@ -77,6 +77,11 @@ class Layout:
                              f"{', '.join(missing)}; expected the megatron_metrics layout (docs/STORES.md)")
 
     @property
+    def own(self) -> bool:
+        """The store's own layout (job and metric_values columns), which it creates."""
+        return "job" in self.columns and "metric_values" in self.columns
+
+    @property
     def distributed(self) -> bool:
         """The table is a Distributed table: rows live in a local table on each shard."""
         return self.engine == "Distributed"

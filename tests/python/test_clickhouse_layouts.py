@@ -101,6 +101,24 @@ def test_the_megatron_layout_is_read_and_written_as_it_is(db, attributes):
     store.close()
 
 
+def test_a_lost_megatron_table_is_not_created_again_in_another_layout(db):
+    # Its other writers (a Megatron collector) could not write the store's own layout: the
+    # store says so and writes again once the table is back, in its layout.
+    engine, name = db
+    admin(engine, MEGATRON.format(db=name, attributes="String"))
+    store = ClickHouseStore(engine.url(name))
+    store.write(rows("mega-2", range(1), ranks=2))
+    admin(engine, f"DROP TABLE {name}.megatron_metrics")
+    with pytest.raises(StoreError, match="megatron_metrics.*is gone; the store does not create it again in its own layout"):
+        store.write(rows("mega-2", range(1, 2), ranks=2))
+    assert "job_id" not in admin(engine, f"SELECT name FROM system.columns WHERE database = '{name}'")
+    admin(engine, MEGATRON.format(db=name, attributes="String"))
+    store.write(rows("mega-2", range(2, 3), ranks=2))
+    assert [i.iteration for i in store.iterations("mega-2")] == [2]
+    assert "job_id" in admin(engine, f"SELECT name FROM system.columns WHERE database = '{name}'")
+    store.close()
+
+
 def test_the_analysis_reader_reads_the_megatron_layout(db):
     engine, name = db
     admin(engine, MEGATRON.format(db=name, attributes="String"))
