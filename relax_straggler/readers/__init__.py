@@ -10,8 +10,9 @@ first bytes when not given):
     chrome-trace      Chrome trace (JSON, optionally gzip) with Megatron timer op names
     parquet-trace     per-op parquet trace (dp_rank, stage, rank, step, optype, duration)
 
-and, instead of a file, a job in a ClickHouse megatron_metrics table:
-``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
+and, instead of a file, a job in a metrics store (a ClickHouse megatron_metrics table or a
+file store): ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` or ``file://DIR?job=ID...``
+(readers/store_input.py).
 
 A new format registers its module and class (the Source protocol's constructor
 ``(path, problems, topology=None, meta=None)``) in READERS; a reader's module is imported
@@ -84,16 +85,17 @@ def detect_format(path: str) -> str:
 
 def open_source(path: str, format: Optional[str] = None, strict: bool = False, topology: Optional[Topology] = None,
                 meta: Optional[str] = None, ops: bool = False) -> Source:
-    """Opens `path` with the reader for `format` (detected when None), or the ClickHouse
-    input ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` (readers/clickhouse.py).
+    """Opens `path` with the reader for `format` (detected when None), or a job in a metrics
+    store, ``clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]`` or ``file://DIR?job=ID...``
+    (readers/store_input.py).
     ops: keep the per-op records where the format has them (OP_FORMATS; others ignore it).
     Raises InputError for a missing file, an unknown format, or a header the reader rejects."""
-    if path.startswith("clickhouse://"):
+    if path.startswith(("clickhouse://", "file://")):
         if format is not None or meta is not None:
-            raise InputError(f"{path}: --input-format and --meta apply to files, not to a ClickHouse input")
-        from relax_straggler.readers.clickhouse import open_clickhouse  # the store client only when asked
+            raise InputError(f"{path}: --input-format and --meta apply to files, not to a metrics store")
+        from relax_straggler.readers.store_input import open_store_input  # the store client only when asked
 
-        return open_clickhouse(path, strict=strict, topology=topology)
+        return open_store_input(path, strict=strict, topology=topology)
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory, not an input file")
     if not os.path.isfile(path):

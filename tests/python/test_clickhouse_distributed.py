@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from conftest import CLICKHOUSE_SH, free_port, require_clickhouse
-from relax_straggler.readers.clickhouse import parse_input_url
+from relax_straggler.readers.store_input import parse_input_url
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse import ClickHouseStore
 from relax_straggler.stores.clickhouse_layout import own_ddl

@@ -9,7 +9,7 @@ import itertools
 import httpx
 import pytest
 
-from relax_straggler.readers.clickhouse import open_clickhouse
+from relax_straggler.readers.store_input import open_store_input
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 from relax_straggler.stores.clickhouse import ClickHouseStore
 
@@ -123,7 +123,7 @@ def test_the_analysis_reader_reads_the_megatron_layout(db):
     engine, name = db
     admin(engine, MEGATRON.format(db=name, attributes="String"))
     ClickHouseStore(engine.url(name)).write(rows("mega-2", range(4), ranks=2))
-    source = open_clickhouse(engine.url(name) + "?job=mega-2")
+    source = open_store_input(engine.url(name) + "?job=mega-2")
     steps = list(source.steps())
     assert len(steps) == 4
 

@@ -3,7 +3,7 @@
 import pytest
 
 from relax_straggler.readers.base import InputError
-from relax_straggler.readers.clickhouse import LAST_ITERATION, parse_input_url
+from relax_straggler.readers.store_input import LAST_ITERATION, parse_input_url
 from relax_straggler.stores.url import parse_store_url, parse_writer_url
 
 

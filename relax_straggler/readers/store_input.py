@@ -1,6 +1,7 @@
-"""The megatron_metrics table of a ClickHouse server as an analysis input:
+"""A job's rows in a metrics store as an analysis input:
 
     relax-straggler analyze 'clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M]'
+    relax-straggler analyze 'file://DIR?job=ID[&first=N&last=M]'
 
 job: the job id (required); first, last: the iteration range, inclusive (default: every
 iteration of the job). Rows become steps through relax_straggler.readers.metrics_rows (the
@@ -18,12 +19,12 @@ from relax_straggler.readers.base import InputError, StepTimes
 from relax_straggler.topology import Topology
 from relax_straggler.readers.metrics_rows import StoreSource
 
-SCHEME = "clickhouse://"
+SCHEMES = ("clickhouse://", "file://")
 LAST_ITERATION = 2**62  # "to the end": iterations are Int64
 
 
-class ClickHouseSource(StoreSource):
-    """StoreSource over a ClickHouseStore whose store errors surface as InputError."""
+class StoreInputSource(StoreSource):
+    """StoreSource whose store errors surface as InputError."""
 
     def steps(self) -> Iterator[StepTimes]:
         try:
@@ -46,16 +47,17 @@ def parse_input_url(url: str) -> tuple[str, str, int, int]:
     return parsed.url, parsed.job, first, last
 
 
-def open_clickhouse(url: str, strict: bool = False, topology: Optional[Topology] = None) -> ClickHouseSource:
-    """The ClickHouseSource of an analyze input URL (nothing is read before steps()).
-    Raises InputError for a malformed URL."""
-    from relax_straggler.stores.clickhouse import ClickHouseStore
+def open_store_input(url: str, strict: bool = False, topology: Optional[Topology] = None) -> StoreInputSource:
+    """The source of an analyze input URL (nothing is read before steps()). Raises
+    InputError for a malformed URL or a store that cannot be opened (a file store's
+    directory missing: it is never created by a read)."""
+    from relax_straggler.stores.opener import open_store
 
     store_url, job, first, last = parse_input_url(url)
     try:
-        store = ClickHouseStore(store_url)
-    except ValueError as exc:
+        store = open_store(store_url, create=False)
+    except (ValueError, StoreError) as exc:
         raise InputError(str(exc)) from None
-    source = ClickHouseSource(store, job, first, last, topology=topology, strict=strict)
+    source = StoreInputSource(store, job, first, last, topology=topology, strict=strict)
     source.path = source.problems.path = url  # what the user typed, in messages and the summary
     return source
