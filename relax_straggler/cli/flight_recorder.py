@@ -5,6 +5,7 @@ holds which collective) and the slow-collective evidence, printed or as JSON
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -40,11 +41,30 @@ def run_flight_recorder(args: argparse.Namespace) -> int:
             return 1
     if args.heatmap:
         err.print("note: no heatmap: Flight Recorder dumps hold no per-stage times", highlight=False, soft_wrap=True)
+    ignored = options_not_applying(args)
+    if ignored:
+        err.print(f"note: {', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to Flight Recorder "
+                  f"dumps (ignored; a malformed dump always ends the analysis)", highlight=False, soft_wrap=True)
     if args.format == "json":
         sys.stdout.write(text + "\n")
     else:
         render(summary, Console())
     return 0
+
+
+def options_not_applying(args: argparse.Namespace) -> list[str]:
+    """The options given in `args` that a straggler analysis reads and the hang answer does
+    not: --strict, --meta, --ranks-per-node and any threshold off its default."""
+    from relax_straggler.analysis.config import AnalyzeConfig
+
+    given = [flag for flag, on in (("--strict", args.strict), ("--meta", args.meta is not None),
+                                   ("--ranks-per-node", args.ranks_per_node is not None)) if on]
+    return given + ["--" + f.name.replace("_", "-") for f in dataclasses.fields(AnalyzeConfig)
+                    if getattr(args, f.name, f.default) != f.default]
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def render(summary: dict[str, Any], console: Any) -> None:
@@ -53,8 +73,9 @@ def render(summary: dict[str, Any], console: Any) -> None:
 
     inp, hang = summary["input"], summary["hang"]
     versions = ", ".join(inp["versions"])
-    console.print(f"input: {inp['path']} ({inp['dumps']} Flight Recorder dumps of ranks {inp['ranks']}, "
-                  f"version {versions}, {inp['entries']} ops)", highlight=False, soft_wrap=True)
+    ranks = f"rank{'' if inp['dumps'] == 1 else 's'} {inp['ranks']}"
+    console.print(f"input: {inp['path']} ({_count(inp['dumps'], 'Flight Recorder dump')} of {ranks}, "
+                  f"version {versions}, {_count(inp['entries'], 'op')})", highlight=False, soft_wrap=True)
     if inp["wrapped_ranks"]:
         console.print(f"note: the ring buffer wrapped on ranks {inp['wrapped_ranks']} (older ops are gone)",
                       highlight=False, soft_wrap=True)

@@ -12,7 +12,10 @@ Within one process group every member numbers its collectives alike, so at a han
              while the others wait in the group's newest collective.
   desync     members at the same sequence number entered different ops.
 A rank that holds one group may itself wait in another group held by someone else; the
-answer names the ranks at the end of such chains first.
+answer names the ranks at the end of such chains first. The ranks that hold one group alike
+(the same kind, the same last completed op, all at the end of a chain or none) are one
+finding, so the answer stays short and the comparison linear in the ranks however many are
+missing; its text names at most TEXT_FINDINGS findings and compact runs of ranks.
 """
 
 from __future__ import annotations
@@ -21,14 +24,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
 LAGGING, MISSING, DESYNC, NONE = "lagging", "missing", "desync", "none"
+# How a rank without a snapshot is named, for one rank and for several: the live wording.
+PUBLISHED_NOTHING = ("published no progress (stopped, dead or cut off)",) * 2
+TEXT_FINDINGS = 10  # findings in the answer's text; the rest are counted
+TEXT_RUNS = 16  # runs of ranks in one list of the text; the rest are counted
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One group held: kind (LAGGING, MISSING, DESYNC), the holding rank (-1 for a desync),
-    the group's label and ranks, the op and sequence number the others wait in, how many
-    wait and the least of their waits (s), the holder's last completed op (text) and the
-    ranks per op for a desync."""
+    """One group held: kind (LAGGING, MISSING, DESYNC), the holding rank (the first of
+    `ranks`; -1 for a desync), the group's label and ranks, the op and sequence number the
+    others wait in, how many wait and the least of their waits (s), the holders' last
+    completed op (text), the ranks per op for a desync, every rank that holds the group
+    alike (default: just `rank`) and how a rank without a snapshot is named (one, several)."""
 
     kind: str
     rank: int
@@ -40,18 +48,28 @@ class Finding:
     waited_s: float
     last_completed: str = ""
     ops_by_rank: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    ranks: tuple[int, ...] = ()
+    absent: tuple[str, str] = PUBLISHED_NOTHING
+
+    def __post_init__(self) -> None:
+        if not self.ranks and self.rank >= 0:
+            object.__setattr__(self, "ranks", (self.rank,))
 
     def describe(self) -> str:
-        where = f"group {self.group} (ranks {compact(self.group_ranks)})"
-        others = f"the other {len(self.waiting)} have waited {self.waited_s:.0f} s in it"
+        """The finding in one sentence (bounded: lists of ranks are cut at TEXT_RUNS runs)."""
+        where = f"group {self.group} (ranks {compact(self.group_ranks, TEXT_RUNS)})"
+        n = len(self.waiting)
+        others = f"the other {'rank has' if n == 1 else f'{n} have'} waited {self.waited_s:.0f} s in it"
         if self.kind == DESYNC:
-            ops = "; ".join(f"{op} on ranks {compact(r)}" for op, r in sorted(self.ops_by_rank.items()))
+            ops = "; ".join(f"{op} on ranks {compact(r, TEXT_RUNS)}" for op, r in sorted(self.ops_by_rank.items()))
             return f"desync in {where} at collective #{self.seq}: {ops}"
+        several = len(self.ranks) > 1
+        who = f"ranks {compact(self.ranks, TEXT_RUNS)}" if several else f"rank {self.rank}"
         if self.kind == MISSING:
-            return (f"rank {self.rank} published no progress (stopped, dead or cut off) and never joined "
-                    f"{self.op} #{self.seq} of {where}; {others}")
-        return (f"rank {self.rank} never entered {self.op} #{self.seq} of {where}; {others}; rank {self.rank}'s "
-                f"last completed op: {self.last_completed or 'none seen'}")
+            return f"{who} {self.absent[several]} and never joined {self.op} #{self.seq} of {where}; {others}"
+        whose = "their" if several else f"rank {self.rank}'s"
+        return (f"{who} never entered {self.op} #{self.seq} of {where}; {others}; {whose} last completed op: "
+                f"{self.last_completed or 'none seen'}")
 
 
 @dataclass(frozen=True)
@@ -69,13 +87,15 @@ class HangAnswer:
         return self.findings[0].kind if self.findings else NONE
 
     def text(self) -> str:
-        """One paragraph for an operator."""
+        """One paragraph for an operator: the first TEXT_FINDINGS findings, then how many more."""
         if not self.findings:
-            seen = f"; no snapshot from ranks {compact(self.no_snapshot)}" if self.no_snapshot else ""
+            seen = f"; no snapshot from ranks {compact(self.no_snapshot, TEXT_RUNS)}" if self.no_snapshot else ""
             return (f"no step ended for {self.stalled_s:.0f} s after step {self.step}, but no rank is behind its "
                     f"peers in any timed process group (a stop outside collectives, or every rank waits in the "
                     f"same one){seen}")
-        return "; ".join(f.describe() for f in self.findings)
+        text = "; ".join(f.describe() for f in self.findings[:TEXT_FINDINGS])
+        more = len(self.findings) - TEXT_FINDINGS
+        return text + (f"; and {more} more finding{'s' if more > 1 else ''}" if more > 0 else "")
 
     def metrics(self) -> dict[str, Any]:
         """straggler/hang/* (docs/METRICS.md): the first finding's fields and the answer text."""
@@ -98,11 +118,15 @@ class HangAnswer:
         }
 
 
-def compact(ranks: Iterable[int]) -> str:
-    """"4-7", "0,2,5-6": sorted ranks with runs collapsed ("" for none)."""
+def compact(ranks: Iterable[int], runs: Optional[int] = None) -> str:
+    """"4-7", "0,2,5-6": sorted ranks with runs collapsed ("" for none). runs: show at most
+    this many runs, then ",... (N ranks in all)"."""
     rs = sorted(set(ranks))
     parts, i = [], 0
     while i < len(rs):
+        if runs is not None and len(parts) == runs:
+            parts.append(f"... ({len(rs)} ranks in all)")
+            break
         j = i
         while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
             j += 1
@@ -118,28 +142,37 @@ def label(group: Mapping[str, Any]) -> str:
 
 
 def diagnose(snapshots: Mapping[int, Mapping[str, Any]], ranks: Iterable[int],
-             now: Optional[float] = None) -> HangAnswer:
+             now: Optional[float] = None, absent: tuple[str, str] = PUBLISHED_NOTHING) -> HangAnswer:
     """Compares the snapshots of `ranks` (global ranks; missing keys: no snapshot) and
-    returns the answer. now: the wall time (s) of the answer; waits then count up to it
-    from each snapshot's "wall" (default: as of each snapshot). Raises KeyError / TypeError
-    on a snapshot without the fields above."""
+    returns the answer; time linear in the ranks and the snapshots' groups. now: the wall
+    time (s) of the answer; waits then count up to it from each snapshot's "wall" (default:
+    as of each snapshot). absent: how a rank without a snapshot is named (one rank,
+    several). Raises KeyError / TypeError on a snapshot without the fields above."""
     expected = sorted(set(ranks))
     no_snapshot = tuple(r for r in expected if r not in snapshots)
+    absent_ranks = frozenset(no_snapshot)
     groups: dict[str, dict[str, Any]] = {}  # name -> {"label", "ranks", "by_rank": {rank: group entry}}
     for rank, snap in snapshots.items():
         for g in snap["groups"]:
-            info = groups.setdefault(g["name"], {"label": label(g), "ranks": tuple(g["ranks"]), "by_rank": {}})
-            info["by_rank"][rank] = g
+            if g["name"] not in groups:  # the ranks once per group, not once per member
+                groups[g["name"]] = {"label": label(g), "ranks": tuple(g["ranks"]), "by_rank": {}}
+            groups[g["name"]]["by_rank"][rank] = g
     current = {rank: _current_group(snap) for rank, snap in snapshots.items()}
-    findings: list[Finding] = []
+    per_group: list[list[Finding]] = []
+    waiting_somewhere: set[int] = set()
     passed: dict[tuple[int, str], int] = {}  # (rank, group): its last collective there, which every peer passed
     aged = {r: max(now - float(s["wall"]), 0.0) if now is not None else 0.0 for r, s in snapshots.items()}
     for name, info in sorted(groups.items()):
-        findings += _group_findings(name, info, no_snapshot, current, passed, aged)
-    findings = [_with_last_completed(f, snapshots, groups, passed) for f in findings]
+        found = _group_findings(name, info, absent_ranks, current, passed, aged, absent)
+        if found:
+            per_group.append(found)
+            waiting_somewhere.update(found[0].waiting)
+    findings = [c for found in per_group
+                for c in _collapse([_with_last_completed(f, snapshots, groups, passed) for f in found],
+                                   waiting_somewhere)]
     step = max((int(s["step"]) for s in snapshots.values()), default=-1)
     stalled = max((float(s["stalled_s"]) for s in snapshots.values()), default=0.0)
-    return HangAnswer(tuple(_roots_first(findings)), no_snapshot, step, stalled)
+    return HangAnswer(tuple(_roots_first(findings, waiting_somewhere)), no_snapshot, step, stalled)
 
 
 def _current_group(snap: Mapping[str, Any]) -> Optional[str]:
@@ -154,8 +187,11 @@ def _current_group(snap: Mapping[str, Any]) -> Optional[str]:
     return best[1] if best else None
 
 
-def _group_findings(name: str, info: dict[str, Any], no_snapshot: tuple[int, ...], current: dict[int, Optional[str]],
-                    passed: dict[tuple[int, str], int], aged: dict[int, float]) -> list[Finding]:
+def _group_findings(name: str, info: dict[str, Any], absent_ranks: frozenset[int],
+                    current: dict[int, Optional[str]], passed: dict[tuple[int, str], int], aged: dict[int, float],
+                    absent: tuple[str, str]) -> list[Finding]:
+    """One finding per holding rank of group `name` (and one desync), all sharing one
+    `waiting` tuple; [] when the group holds nobody."""
     by_rank = info["by_rank"]
     seq = {r: (g["collective"] or {}).get("seq", 0) for r, g in by_rank.items()}
     top = max(seq.values(), default=0)
@@ -173,14 +209,15 @@ def _group_findings(name: str, info: dict[str, Any], no_snapshot: tuple[int, ...
     for r in at_top:
         ops.setdefault(by_rank[r]["collective"]["op"], []).append(r)
     waited = min(by_rank[r]["collective"]["ago_s"] + aged[r] for r in waiting)
-    base = dict(group=info["label"], group_ranks=info["ranks"], seq=top, waiting=waiting, waited_s=waited)
+    base = dict(group=info["label"], group_ranks=info["ranks"], seq=top, waiting=waiting, waited_s=waited,
+                absent=absent)
     out = []
     if len(ops) > 1:
         out.append(Finding(kind=DESYNC, rank=-1, op="/".join(sorted(ops)), **base,
                            ops_by_rank={op: tuple(rs) for op, rs in ops.items()}))
     op = max(sorted(ops), key=lambda o: len(ops[o]))  # the op most members entered
     out += [Finding(kind=LAGGING, rank=r, op=op, **base) for r in behind]
-    out += [Finding(kind=MISSING, rank=r, op=op, **base) for r in info["ranks"] if r in no_snapshot]
+    out += [Finding(kind=MISSING, rank=r, op=op, **base) for r in info["ranks"] if r in absent_ranks]
     return out
 
 
@@ -206,8 +243,21 @@ def _with_last_completed(f: Finding, snapshots: Mapping[int, Mapping[str, Any]],
     return f if best is None else replace(f, last_completed=best[1])
 
 
-def _roots_first(findings: list[Finding]) -> list[Finding]:
+def _collapse(found: list[Finding], waiting_somewhere: set[int]) -> list[Finding]:
+    """The findings of one group, those of one kind whose holders are alike (the same last
+    completed op, all waiting in another held group or none) merged into one over their
+    ranks, in the order of their first rank."""
+    merged: dict[tuple[str, bool, str], list[Finding]] = {}
+    for f in found:
+        merged.setdefault((f.kind, f.rank in waiting_somewhere, f.last_completed), []).append(f)
+    out = []
+    for fs in merged.values():
+        ranks = tuple(sorted(f.rank for f in fs))
+        out.append(fs[0] if len(fs) == 1 else replace(fs[0], rank=ranks[0], ranks=ranks))
+    return out
+
+
+def _roots_first(findings: list[Finding], waiting_somewhere: set[int]) -> list[Finding]:
     """Findings whose holder does not itself wait in another held group first, then by the
     longest wait; a desync ranks with the roots."""
-    waiting_elsewhere = {r for f in findings for r in f.waiting}
-    return sorted(findings, key=lambda f: (f.rank in waiting_elsewhere and f.kind != DESYNC, -f.waited_s, f.rank))
+    return sorted(findings, key=lambda f: (f.rank in waiting_somewhere and f.kind != DESYNC, -f.waited_s, f.rank))

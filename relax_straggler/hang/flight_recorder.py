@@ -8,13 +8,15 @@ collective_seq_id), the newest send / recv (by p2p_seq_id) and the newest op see
 time, or the rank's newest recorded time when that is later. A rank with no dump is
 missing.
 
-A group's ranks come from the dump's pg_config; the default group holds every expected
-rank; a group the dumps name no ranks for (Gloo writes none) holds the ranks that
-recorded an op in it. A member that recorded nothing in a group is compared as having
+A group's ranks come from the dump's pg_config (a rank that recorded ops in a group whose
+pg_config leaves it out makes the dumps inconsistent: refused); the default group holds
+every expected rank; a group the dumps name no ranks for (Gloo writes none) holds the ranks
+that recorded an op in it. A member that recorded nothing in a group is compared as having
 entered none of its collectives only when that is certain: its ring buffer never wrapped
 (its first record is kept), or its pg_status, which keeps every group it ever recorded in,
-lacks the group. The expected ranks are 0 .. the highest rank any dump or pg_config names,
-or world_size when given.
+lacks the group. The expected ranks are world_size when given, else 0 .. the highest rank
+any dump or pg_config names, Gloo's placeholder group "" included when every dump that has
+it gives it the same ranks (it lists the whole world, so a dead last rank is seen).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from relax_straggler.hang.diagnose import HangAnswer, compact, diagnose, label
+from relax_straggler.hang.diagnose import TEXT_RUNS, HangAnswer, compact, diagnose, label
 from relax_straggler.hang.fr_dumps import Dump, Entry, dump_files, load_dump
 from relax_straggler.hang.slow_collectives import slow_collectives
 from relax_straggler.readers.base import InputError
@@ -31,6 +33,7 @@ FORMAT = "flight-recorder"
 
 # Where a group's ranks came from, as the summary names it.
 FROM_CONFIG, FROM_WORLD, FROM_RECORDS = "pg_config", "default group", "recorded ops"
+NO_DUMP = ("has no dump", "have no dump")  # a rank without a dump, for diagnose (one, several)
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,8 @@ class FlightRecorderAnswer:
         """The answer in words; with no finding, what the dumps do show."""
         if self.answer.findings:
             return self.answer.text()
-        missing = f"; no dump from ranks {compact(self.answer.no_snapshot)}" if self.answer.no_snapshot else ""
+        missing = (f"; no dump from ranks {compact(self.answer.no_snapshot, TEXT_RUNS)}"
+                   if self.answer.no_snapshot else "")
         return ("no rank is behind its peers in any process group of the dumps (every rank waits in the same "
                 f"collective, or the stop is outside collectives){missing}")
 
@@ -83,7 +87,8 @@ class FlightRecorderAnswer:
                             "ranks": compact(g.ranks), "ranks_from": g.ranks_from} for g in self.groups],
             },
             "hang": self.metrics(),
-            "findings": [{"kind": f.kind, "rank": f.rank, "group": f.group, "group_ranks": compact(f.group_ranks),
+            "findings": [{"kind": f.kind, "rank": f.rank, "ranks": compact(f.ranks), "group": f.group,
+                          "group_ranks": compact(f.group_ranks),
                           "op": f.op, "seq": f.seq, "waiting_ranks": compact(f.waiting), "waited_s": f.waited_s,
                           "last_completed": f.last_completed,
                           "ops_by_rank": {op: compact(r) for op, r in sorted(f.ops_by_rank.items())},
@@ -104,15 +109,20 @@ def read_flight_recorder(path: str, world_size: Optional[int] = None) -> FlightR
     expected = _expected_ranks(dumps, world_size)
     groups = _groups(dumps, expected)
     pg_ids = _pg_ids(dumps)
-    snapshots = {rank: _snapshot(d, groups, pg_ids) for rank, d in dumps.items()}
+    members = {name: frozenset(g.ranks) for name, g in groups.items()}
+    snapshots = {rank: _snapshot(d, groups, members, pg_ids) for rank, d in dumps.items()}
     return FlightRecorderAnswer(path=path, dumps=dumps, expected=expected, groups=tuple(groups.values()),
-                                answer=diagnose(snapshots, expected), slow=slow_collectives(dumps))
+                                answer=diagnose(snapshots, expected, absent=NO_DUMP), slow=slow_collectives(dumps))
 
 
 def _expected_ranks(dumps: dict[int, Dump], world_size: Optional[int]) -> tuple[int, ...]:
-    # Gloo writes one placeholder group named "" whose ranks vary by rank: not a group.
+    # Gloo's placeholder group "" is no group the ranks record ops in, but it lists the world:
+    # trusted when the dumps that have it agree on it.
     named = set(dumps) | {r for d in dumps.values() for name, (_, ranks) in d.groups.items() if name
                           for r in ranks or ()}
+    worlds = {d.groups[""][1] for d in dumps.values() if "" in d.groups}
+    if len(worlds) == 1:
+        named.update(next(iter(worlds)) or ())
     if world_size is not None:
         outside = sorted(r for r in named if r >= world_size)
         if outside:
@@ -141,6 +151,12 @@ def _groups(dumps: dict[int, Dump], expected: tuple[int, ...]) -> dict[str, Grou
             if seen[1] != ranks:
                 raise InputError(f"{d.path}: pg_config gives group {name!r} ranks {compact(ranks)}, "
                                  f"{seen[2]} gives {compact(seen[1])}")
+    for name, (desc, ranks, where) in configured.items():
+        outside = sorted(recorded[name][1].difference(ranks))
+        if outside:
+            raise InputError(f"{dumps[outside[0]].path}: rank {outside[0]} recorded ops in group {name!r} ({desc}), "
+                             f"whose pg_config in {where} holds ranks {compact(ranks, TEXT_RUNS)}; the dumps do not "
+                             f"describe one job")
     out = {}
     for name, (desc, ranks) in sorted(recorded.items()):
         if name in configured:
@@ -164,8 +180,10 @@ def _never_recorded(d: Dump, group: str, pg_ids: dict[str, int]) -> bool:
     return d.pg_ids is not None and group in pg_ids and pg_ids[group] not in d.pg_ids
 
 
-def _snapshot(d: Dump, groups: dict[str, Group], pg_ids: dict[str, int]) -> dict[str, Any]:
-    """The watchdog snapshot (relax_straggler.hang.diagnose) of one rank's dump."""
+def _snapshot(d: Dump, groups: dict[str, Group], members: dict[str, frozenset[int]],
+              pg_ids: dict[str, int]) -> dict[str, Any]:
+    """The watchdog snapshot (relax_straggler.hang.diagnose) of one rank's dump; members:
+    each group's ranks as a set. The groups' rank tuples are shared, not copied."""
     times = [t for e in d.entries for t in (e.created_ns, e.started_ns, e.completed_ns) if t is not None]
     newest = max(times, default=0) / 1e9
     wall = max(d.mtime, newest)
@@ -182,13 +200,13 @@ def _snapshot(d: Dump, groups: dict[str, Group], pg_ids: dict[str, int]) -> dict
     out = []
     for name, g in groups.items():
         es = by_group.get(name, [])
-        if not es and not (d.rank in g.ranks and _never_recorded(d, name, pg_ids)):
+        if not es and not (d.rank in members[name] and _never_recorded(d, name, pg_ids)):
             continue
         coll = max((e for e in es if not e.is_p2p), key=lambda e: (e.seq, e.record_id), default=None)
         p2p = max((e for e in es if e.is_p2p), key=lambda e: (e.seq, e.record_id), default=None)
         done = max((e for e in es if e.done), key=lambda e: (e.completed_ns or e.created_ns, e.record_id),
                    default=None)
-        out.append({"name": name, "desc": g.desc, "ranks": list(g.ranks), "collective": at(coll), "p2p": at(p2p),
+        out.append({"name": name, "desc": g.desc, "ranks": g.ranks, "collective": at(coll), "p2p": at(p2p),
                     "completed": at(done, done.completed_ns if done else None)})
     stalled = max(wall - newest_created, 0.0) if d.entries else 0.0
     return {"rank": d.rank, "step": -1, "wall": wall, "stalled_s": stalled, "groups": out}

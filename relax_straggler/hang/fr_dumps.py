@@ -15,7 +15,12 @@ with one "seq_id"; they are read alike.
 
 The pickle is never trusted: a restricted unpickler builds only dicts, lists, tuples,
 strings, numbers, booleans and None, and refuses any reference to a Python class or
-function (which is how a pickle runs code). No torch is imported.
+function (which is how a pickle runs code), any call, any set and any dict key that is not
+a string or a number (hashing a key made of shared tuples can take 2^levels steps). The
+result is then bounded before any field is read: at most MAX_DEPTH levels deep, and no more
+objects, counted as a tree, than the file has bytes (a pickle that refers back to its own
+objects can otherwise stand for 2^80 of them in a kilobyte). Every bad value is shown
+through one bounded formatter (_show). No torch is imported.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import json
 import os
 import pickle
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -41,6 +47,10 @@ _RANK_SUFFIX = re.compile(r"^(.*?)([0-9]+)$")
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _DIGITS = re.compile(r"^[0-9]+$")
 _PG_ID = re.compile(r"^-?[0-9]{1,18}$")
+# A JSON dump (torch's _dump_fr_trace_json) opens with one of the dump's own keys.
+_JSON_DUMP = re.compile(rb'^\s*\{\s*"(comm_lib_version|entries|nccl_version|pg_config|pg_status|version)"\s*:')
+MAX_DEPTH = 32  # a dump nests 5 levels (entries, an entry, its input_sizes, one size)
+_KEY_TYPES = (str, int, float, bool, type(None), bytes)
 
 
 @dataclass(frozen=True)
@@ -90,8 +100,20 @@ class Dump:
         return not self.entries or min(e.record_id for e in self.entries) > 0
 
 
-class _SafeUnpickler(pickle.Unpickler):
-    """Plain containers and scalars only: every class or function reference is refused."""
+def _key(k: Any) -> Any:
+    """k when it is safe to hash (a scalar: linear in its size)."""
+    if type(k) not in _KEY_TYPES:
+        raise pickle.UnpicklingError(f"refused: a dict key that is {_show(k)} (a dump's keys are strings and numbers)")
+    return k
+
+
+class _SafeUnpickler(pickle._Unpickler):
+    """Plain containers and scalars only: every class or function reference, call and set is
+    refused and every dict key checked before it is hashed. The Python implementation of the
+    unpickler, because its opcodes can be overridden one by one (the C one offers only
+    find_class)."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
 
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"refused: the pickle asks for the Python object {module}.{name}")
@@ -99,10 +121,42 @@ class _SafeUnpickler(pickle.Unpickler):
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError(f"refused: the pickle asks for the persistent object {_show(pid)}")
 
+    def _refuse_call(self) -> None:
+        raise pickle.UnpicklingError("refused: the pickle calls or builds an object (a dump holds only data)")
+
+    def _refuse_set(self) -> None:
+        raise pickle.UnpicklingError("refused: the pickle builds a set (a dump holds none)")
+
+    def _dict(self) -> None:
+        items = self.pop_mark()
+        self.append({_key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
+
+    def _setitem(self) -> None:
+        value = self.stack.pop()
+        key = self.stack.pop()
+        self.stack[-1][_key(key)] = value
+
+    def _setitems(self) -> None:
+        items = self.pop_mark()
+        target = self.stack[-1]
+        for i in range(0, len(items), 2):
+            target[_key(items[i])] = items[i + 1]
+
+    for _op in (pickle.REDUCE, pickle.BUILD, pickle.INST, pickle.OBJ, pickle.NEWOBJ, pickle.NEWOBJ_EX):
+        dispatch[_op[0]] = _refuse_call
+    for _op in (pickle.EMPTY_SET, pickle.ADDITEMS, pickle.FROZENSET):
+        dispatch[_op[0]] = _refuse_set
+    dispatch[pickle.DICT[0]] = _dict
+    dispatch[pickle.SETITEM[0]] = _setitem
+    dispatch[pickle.SETITEMS[0]] = _setitems
+    del _op
+
 
 def is_flight_recorder_input(path: str) -> bool:
     """Whether `path` is for the Flight Recorder reader: a directory, a glob pattern that
-    names no existing file, or a file that starts with a pickle header (0x80); never a URL."""
+    names no existing file, a file that starts with a pickle header (0x80), or a JSON object
+    whose first key is one of a dump's ("version", "entries", "pg_config", ...: the JSON
+    form); never a URL."""
     if "://" in path:
         return False
     if os.path.isdir(path):
@@ -111,9 +165,10 @@ def is_flight_recorder_input(path: str) -> bool:
         return bool(_GLOB_CHARS.search(path))
     try:
         with open(path, "rb") as f:
-            return f.read(1) == b"\x80"
+            head = f.read(4096)
     except OSError:
         return False
+    return head[:1] == b"\x80" or bool(_JSON_DUMP.match(head))
 
 
 def dump_files(path: str) -> dict[int, str]:
@@ -163,6 +218,7 @@ def load_dump(path: str, rank: int) -> Dump:
         data = f.read()
         mtime = os.fstat(f.fileno()).st_mtime
     raw = _decode(path, data)
+    _bound(path, raw, len(data) + 64)
     return _check(path, rank, raw, mtime)
 
 
@@ -185,9 +241,36 @@ def _decode(path: str, data: bytes) -> Any:
         raise InputError(f"{path}: not a readable Flight Recorder dump: the pickle is truncated or corrupt "
                          f"({exc})") from None
     except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError, MemoryError,
-            RecursionError, OverflowError) as exc:
+            RecursionError, OverflowError, struct.error) as exc:
         raise InputError(f"{path}: not a readable Flight Recorder dump: the pickle is truncated or corrupt "
                          f"({type(exc).__name__}: {exc})") from None
+
+
+def _bound(path: str, raw: Any, budget: int) -> None:
+    """Raises InputError when `raw`, counted as a tree (a shared object once per reference),
+    holds more than `budget` objects or nests deeper than MAX_DEPTH, naming the top-level
+    field; linear in `budget` whatever `raw` is."""
+    if not isinstance(raw, (dict, list, tuple)):
+        return
+    seen = 0
+    stack: list[tuple[Any, int, Any]] = [(raw, 0, None)]
+    while stack:
+        value, depth, field = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"{path}: {_where(field)} is nested deeper than {MAX_DEPTH} levels (a dump nests 5)")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, child in items:
+            seen += 2 if isinstance(value, dict) else 1
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, depth + 1, key if field is None else field))
+            if seen > budget:
+                raise InputError(f"{path}: {_where(field)} refers back to its own objects: more than {budget:,} "
+                                 f"objects from a file of {budget - 64:,} bytes; not a Flight Recorder dump")
+
+
+def _where(field: Any) -> str:
+    """A top-level field (or the dump itself: None) for a message."""
+    return "the dump" if field is None else f"field {_show(field)}"
 
 
 def _check(path: str, rank: int, raw: Any, mtime: float) -> Dump:
@@ -198,12 +281,15 @@ def _check(path: str, rank: int, raw: Any, mtime: float) -> Dump:
     version = raw.get("version")
     if not isinstance(version, str):
         raise InputError(f"{path}: field 'version' must be a string, got {_show(version)}")
-    lib = raw.get("comm_lib_version", raw.get("nccl_version", ""))
+    lib_field = "comm_lib_version" if "comm_lib_version" in raw else "nccl_version"
+    lib = raw.get(lib_field, "")
+    if not isinstance(lib, str):
+        raise InputError(f"{path}: field {lib_field!r} must be a string, got {_show(lib)}")
     entries_raw = raw["entries"]
     if not isinstance(entries_raw, (list, tuple)):
-        raise InputError(f"{path}: field 'entries' must be a list, got {type(entries_raw).__name__}")
+        raise InputError(f"{path}: field 'entries' must be a list, got {_show(entries_raw)}")
     entries = tuple(_entry(f"{path}: entries[{i}]", e) for i, e in enumerate(entries_raw))
-    return Dump(path=path, rank=rank, version=version, lib_version=lib if isinstance(lib, str) else str(lib),
+    return Dump(path=path, rank=rank, version=version, lib_version=lib,
                 groups=_pg_config(path, raw.get("pg_config")), pg_ids=_pg_ids(path, raw.get("pg_status")),
                 entries=entries, mtime=mtime)
 
@@ -212,16 +298,16 @@ def _pg_config(path: str, cfg: Any) -> dict[str, tuple[str, Optional[tuple[int, 
     if cfg is None:
         return {}
     if not isinstance(cfg, dict):
-        raise InputError(f"{path}: field 'pg_config' must be a dict, got {type(cfg).__name__}")
+        raise InputError(f"{path}: field 'pg_config' must be a dict, got {_show(cfg)}")
     out = {}
     for key, info in cfg.items():
         where = f"{path}: pg_config[{_show(key)}]"
         if not isinstance(info, dict):
-            raise InputError(f"{where} must be a dict, got {type(info).__name__}")
+            raise InputError(f"{where} must be a dict, got {_show(info)}")
         name = info.get("name", key)
         desc = info.get("desc", "")
         if not isinstance(name, str) or not isinstance(desc, str):
-            raise InputError(f"{where}: 'name' and 'desc' must be strings")
+            raise InputError(f"{where}: 'name' and 'desc' must be strings, got {_show(name)} and {_show(desc)}")
         out[name] = (desc, _ranks(where, info.get("ranks")))
     return out
 
@@ -234,10 +320,10 @@ def _ranks(where: str, value: Any) -> Optional[tuple[int, ...]]:
     if isinstance(value, str):
         text = value.strip()
         if not (text.startswith("[") and text.endswith("]")):
-            raise InputError(f"{where}: 'ranks' must be a list like '[0, 1]', got {value[:60]!r}")
+            raise InputError(f"{where}: 'ranks' must be a list like '[0, 1]', got {_show(value)}")
         parts = [p.strip() for p in text[1:-1].split(",") if p.strip()]
         if not all(_DIGITS.match(p) for p in parts):
-            raise InputError(f"{where}: 'ranks' must be a list of ranks, got {value[:60]!r}")
+            raise InputError(f"{where}: 'ranks' must be a list of ranks, got {_show(value)}")
         ranks = [int(p) if len(p) < 10 else MAX_WORLD_SIZE for p in parts]
     elif isinstance(value, (list, tuple)) and all(_is_int(r) and r >= 0 for r in value):
         ranks = list(value)
@@ -252,22 +338,30 @@ def _pg_ids(path: str, status: Any) -> Optional[frozenset[int]]:
     if status is None:
         return None
     if not isinstance(status, dict):
-        raise InputError(f"{path}: field 'pg_status' must be a dict, got {type(status).__name__}")
+        raise InputError(f"{path}: field 'pg_status' must be a dict, got {_show(status)}")
     ids = set()
     for key in status:
-        text = str(key)
-        if not _PG_ID.match(text):
+        # Types first: str() of an int of thousands of digits raises.
+        if not ((isinstance(key, str) and _PG_ID.match(key)) or (_is_int(key) and -INT64 <= key < INT64)):
             raise InputError(f"{path}: pg_status key {_show(key)} is not a process group id")
-        ids.add(int(text))
+        ids.add(int(key))
     return frozenset(ids)
 
 
 def _show(v: Any) -> str:
-    """A value for an error message: at most 60 characters, whatever its size."""
-    if isinstance(v, int) and v.bit_length() > 64:
-        return f"an integer of {v.bit_length()} bits"
-    if isinstance(v, (str, bytes, int, float, bool)) or v is None:
-        return repr(v)[:60]
+    """A value for an error message, whatever its size or shape: a short value as written,
+    else its type, size and a short prefix (at most ~100 characters; never str() of a
+    container or of a huge int)."""
+    if v is None or isinstance(v, (bool, float)):
+        return repr(v)
+    if isinstance(v, int):
+        return repr(v) if v.bit_length() <= 64 else f"an int of {v.bit_length()} bits"
+    if isinstance(v, (str, bytes)):
+        if len(v) <= 40:
+            return repr(v)
+        return f"a {type(v).__name__} of {len(v):,} characters starting {v[:40]!r}"
+    if isinstance(v, (list, tuple, dict)):
+        return f"a {type(v).__name__} of {len(v):,} item{'' if len(v) == 1 else 's'}"
     return f"a {type(v).__name__}"
 
 
@@ -293,11 +387,13 @@ def _int(where: str, e: dict, *names: str, optional: bool = False) -> Optional[i
 
 def _entry(where: str, e: Any) -> Entry:
     if not isinstance(e, dict):
-        raise InputError(f"{where}: an entry must be a dict, got {type(e).__name__}")
+        raise InputError(f"{where}: an entry must be a dict, got {_show(e)}")
     name = e.get("profiling_name")
     if not isinstance(name, str) or not name:
         raise InputError(f"{where}: field 'profiling_name' must be a non-empty string, got {_show(name)}")
     op = name.split(":", 1)[1] if ":" in name else name  # "nccl:all_reduce" -> "all_reduce"
+    if not op.strip():
+        raise InputError(f"{where}: field 'profiling_name' has no op name, got {_show(name)}")
     pg_id = _int(where, e, "pg_id", optional=True)
     pg = e.get("process_group")
     if pg is None:

@@ -98,6 +98,50 @@ def test_a_group_everyone_left_holds_nobody():
     assert "no rank is behind" in answer.text()
 
 
+def test_ranks_that_hold_a_group_alike_are_one_finding():
+    world = range(8)
+    snaps = {r: snap(r, [group("0", world, entry(7, ago=20.0), desc="default_pg")]) for r in (0, 1, 2, 4)}
+    snaps[4] = snap(4, [group("0", world, entry(6, ago=30.0), completed=entry(6, ago=29.0), desc="default_pg")])
+    snaps[2] = snap(2, [group("0", world, entry(6, ago=30.0), completed=entry(6, ago=29.0), desc="default_pg")])
+    answer = diagnose(snaps, world)
+    assert [(f.kind, f.rank, f.ranks) for f in answer.findings] == [(LAGGING, 2, (2, 4)), (MISSING, 3, (3, 5, 6, 7))]
+    assert answer.text() == (
+        "ranks 2,4 never entered all_reduce #7 of group default_pg (ranks 0-7); the other 2 have waited 20 s in it; "
+        "their last completed op: all_reduce #6 of group default_pg; ranks 3,5-7 published no progress (stopped, "
+        "dead or cut off) and never joined all_reduce #7 of group default_pg (ranks 0-7); the other 2 have waited "
+        "20 s in it")
+    m = answer.metrics()
+    assert (m["straggler/hang/kind"], m["straggler/hang/rank"], m["straggler/hang/no_snapshot_ranks"]) == \
+        (LAGGING, 2, "3,5-7")
+
+
+def test_one_waiting_rank_is_singular_and_the_missing_wording_is_a_parameter():
+    answer = diagnose({0: snap(0, [group("0", (0, 1), entry(3, ago=4.0), desc="dp-0")])}, (0, 1),
+                      absent=("has no dump", "have no dump"))
+    assert answer.text() == ("rank 1 has no dump and never joined all_reduce #3 of group dp-0 (ranks 0-1); "
+                             "the other rank has waited 4 s in it")
+
+
+def test_many_missing_ranks_are_compared_in_linear_time_and_told_briefly():
+    world = range(300_000)
+    snaps = {r: snap(r, [group("0", world, entry(9, ago=5.0), desc="default_pg")]) for r in (0, 299_999)}
+    t0 = time.perf_counter()
+    answer = diagnose(snaps, world)
+    assert time.perf_counter() - t0 < 20  # quadratic: hours
+    assert [(f.kind, f.rank) for f in answer.findings] == [(MISSING, 1)]
+    assert answer.text().startswith("ranks 1-299998 published no progress")
+
+
+def test_the_text_is_bounded_however_many_groups_are_held():
+    # 50 pairs (2k, 2k + 1) each held by its odd rank; every second rank missing beside them.
+    snaps = {r: snap(r, [group(f"p{r // 2}", (r - r % 2, r - r % 2 + 1), entry(5 - r % 2, ago=9.0))])
+             for r in range(100)}
+    answer = diagnose(snaps, range(0, 200))
+    assert len(answer.findings) == 50 and answer.text().endswith("; and 40 more findings")
+    odd = diagnose({0: snap(0, [group("0", range(0, 4000, 2), entry(3))])}, range(0, 4000, 2))
+    assert "ranks 2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,... (1999 ranks in all)" in odd.text()
+
+
 # The answer in the metrics store ---------------------------------------------------------
 def test_the_store_row_keeps_every_field_and_the_timer_reader_knows_it(tmp_path):
     from relax_straggler.hang.publish import hang_report
