@@ -4,7 +4,9 @@ DDP masking of a rank slow inside backward (docs/ARCHITECTURE.md invariants 7 an
 import json
 
 
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
+
+pytestmark = REAL_RUNS
 
 WORKER = REPO / "tests" / "python" / "workers" / "collectives.py"
 

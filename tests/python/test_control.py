@@ -8,8 +8,10 @@ import os
 
 import pytest
 
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
 from relax_straggler.control import ControlCommand, ControlFile, LocalControl, parse_command
+
+pytestmark = REAL_RUNS
 
 
 def test_a_command_names_what_it_changes():

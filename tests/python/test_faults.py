@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 
 import relax_straggler
-from conftest import REPO, free_port
+from conftest import REAL_RUNS, REPO, free_port
 from relax_straggler.reporters.pipeline import ReportPipeline
 from test_install import config, make, train
+
+pytestmark = REAL_RUNS
 
 BOUND_S = 5.0   # uninstall()'s default bound
 MARGIN_S = 2.0  # two loaded cores

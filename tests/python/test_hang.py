@@ -18,8 +18,10 @@ import time
 
 import pytest
 
-from conftest import REPO, wait_for
+from conftest import REAL_RUNS, REPO, wait_for
 from relax_straggler.hang import DESYNC, LAGGING, MISSING, NONE, compact, diagnose
+
+pytestmark = REAL_RUNS
 
 WORKER = REPO / "tests" / "python" / "workers" / "hang_stop.py"
 HANG_S = 3.0  # the worker's --straggler-hang-seconds

@@ -15,7 +15,9 @@ from relax_straggler._ext import ext
 from relax_straggler.integrations.megatron import MegatronTimers, NullMegatronAnalysis, StepLabels, install
 from relax_straggler.stages import STAGES, stage_id
 
-from conftest import REPO, read_jsonl, torchrun
+from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+
+pytestmark = REAL_RUNS
 
 C = ext()
 

@@ -10,7 +10,9 @@ import math
 
 import pytest
 
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
+
+pytestmark = REAL_RUNS
 
 pytest.importorskip("megatron.core")
 

@@ -17,8 +17,10 @@ from relax_straggler._ext import ext
 from relax_straggler.module_stages import DEFAULT_PATTERNS, ModuleStageHooks, compile_patterns
 from relax_straggler.stages import STAGES, stage_id
 
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
 from workers.slow_backward import SlowBackward
+
+pytestmark = REAL_RUNS
 
 C = ext()
 ATTN, MOE = stage_id("attention"), stage_id("moe")

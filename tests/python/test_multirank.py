@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
+
+pytestmark = REAL_RUNS
 
 WARMUP = 6
 

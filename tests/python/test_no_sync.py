@@ -17,11 +17,13 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
 
 import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import ext
+
+pytestmark = REAL_RUNS
 
 C = ext()
 CUDA = torch.cuda.is_available() and bool(C.with_cuda)

@@ -3,7 +3,9 @@ count one behind its peers': the gathers still pair by call order, so from then 
 describe other iterations than its peers'. The rows carry each rank's training forward
 passes so far; a rank whose count leaves its peers' is named and no longer judged."""
 
-from conftest import REPO, read_jsonl, torchrun
+from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+
+pytestmark = REAL_RUNS
 
 WORKER = REPO / "tests" / "python" / "workers" / "skipped_step.py"
 SKIP = 10

@@ -24,7 +24,9 @@ from relax_straggler.op_records import NULL_OPS, OpRecorder
 from relax_straggler.payload import OP_FIELDS, OP_HEADER, OP_TYPE_IDS, op_row_len, pack_ops, unpack_ops
 from relax_straggler.whatif.live import LiveWhatIf, records_from_rows
 
-from conftest import REPO, torchrun
+from conftest import REAL_RUNS, REPO, torchrun
+
+pytestmark = REAL_RUNS
 
 WHATIF_KEYS = {"straggler/whatif/slowdown", "straggler/whatif/top_worker", "straggler/whatif/top_rank",
                "straggler/whatif/give_back", "straggler/whatif/simulation_error", "straggler/whatif/elapsed_ms"}
