@@ -118,13 +118,13 @@ def _function(tree: ast.Module, name: str) -> Optional[ast.FunctionDef]:
 
 def _own_nodes(fn: ast.FunctionDef):
     """The nodes of `fn`'s own body, not those of functions or classes defined inside it."""
-    todo = list(fn.body)
-    while todo:
-        node = todo.pop()
+    pending = list(fn.body)
+    while pending:
+        node = pending.pop()
         yield node
         for child in ast.iter_child_nodes(node):
             if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                todo.append(child)
+                pending.append(child)
 
 
 def _binds(fn: ast.FunctionDef, name: str) -> bool:

@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from relax_straggler.stores import hang_rows, verdict_rows
-from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
+from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Sample, Store, samples_to_table
 from relax_straggler.stores.url import parse_writer_url
 from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC, stage_timer_name
 from relax_straggler.report import Report
@@ -118,18 +118,8 @@ def verdict_table(report: Report, job: str, timestamp: float, node: str, cluster
             f.state, f.stage, f.cause,
             [f.rank, f.group, f.since_step, f.confidence, f.ratio, f.facts.rank_ms, f.facts.ref_ms, f.facts.excess_ms,
              f.facts.wait_caused_ms, f.facts.reports_agreeing, f.facts.reports_seen], verdict_rows.FINDING_VALUES)))
-    n = len(rows)
-    return pa.table({
-        "timestamp": pa.array([timestamp] * n, pa.float64()),
-        "job": pa.array([job] * n, pa.string()),
-        "metric_name": pa.array([r[0] for r in rows], pa.string()),
-        "subname": pa.array([r[1] for r in rows], pa.string()),
-        "rank": pa.array([0] * n, pa.int32()),
-        "iteration": pa.array([report.step] * n, pa.int64()),
-        "node": pa.array([node] * n, pa.string()),
-        "cluster": pa.array([cluster] * n, pa.string()),
-        "metric_values": pa.array([r[2] for r in rows], pa.list_(pa.float64())),
-    }, schema=SAMPLE_SCHEMA)
+    return samples_to_table([Sample(timestamp, job, name, 0, report.step, tuple(values), subname=subname, node=node,
+                                    cluster=cluster) for name, subname, values in rows])
 
 
 class StoreSink:

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping, Optional
 import pyarrow as pa
 
 from relax_straggler.megatron_timers import HANG_METRIC
-from relax_straggler.stores.base import SAMPLE_SCHEMA, Sample
+from relax_straggler.stores.base import Sample, samples_to_table
 
 PREFIX = HANG_METRIC + "/"
 DETECTED = PREFIX + "detected"
@@ -42,17 +42,9 @@ def hang_table(metrics: Mapping[str, Any], job: str, timestamp: float, node: str
     """The answer's row (SAMPLE_SCHEMA, one row) from its straggler/hang/* metrics. Raises
     KeyError naming the first field the metrics lack."""
     fields = {name: metrics[PREFIX + name] for name in FIELDS}
-    return pa.table({
-        "timestamp": pa.array([timestamp], pa.float64()),
-        "job": pa.array([job], pa.string()),
-        "metric_name": pa.array([HANG_METRIC], pa.string()),
-        "subname": pa.array([json.dumps(fields, sort_keys=True)], pa.string()),
-        "rank": pa.array([0], pa.int32()),
-        "iteration": pa.array([int(fields["step"])], pa.int64()),
-        "node": pa.array([node], pa.string()),
-        "cluster": pa.array([cluster], pa.string()),
-        "metric_values": pa.array([[float(fields[name]) for name in HANG_VALUES]], pa.list_(pa.float64())),
-    }, schema=SAMPLE_SCHEMA)
+    return samples_to_table([Sample(timestamp, job, HANG_METRIC, 0, int(fields["step"]),
+                                    tuple(float(fields[name]) for name in HANG_VALUES),
+                                    subname=json.dumps(fields, sort_keys=True), node=node, cluster=cluster)])
 
 
 def decode(sample: Sample) -> Optional[dict[str, Any]]:
