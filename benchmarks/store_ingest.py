@@ -4,8 +4,9 @@
     .venv/bin/python benchmarks/store_ingest.py --ranks 1024 --steps 100 --repeats 3
     .venv/bin/python benchmarks/store_ingest.py --store clickhouse://127.0.0.1:8123/bench
 
-Without --store a private clickhouse-server is started on a free 127.0.0.1 port in a
-temporary directory (tests/services/clickhouse.sh) and stopped at the end.
+Without --store a private ClickHouse 26.9 server process (chDB behind
+tests/services/chdb_front.py) is started on a free 127.0.0.1 port in a temporary directory
+and stopped at the end.
 
 Measured, each the median of --repeats runs into a fresh job:
   ingest       `relax-straggler ingest` in process on a synthetic straggler.jsonl of RANKS
@@ -24,7 +25,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +33,7 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests", "services"))
 
 from relax_straggler.stores.clickhouse import ClickHouseStore  # noqa: E402
 from relax_straggler.monitor.ingest import ingest  # noqa: E402
@@ -67,13 +68,14 @@ def main() -> int:
     ap.add_argument("--batch-rows", type=int, default=100_000)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="store_ingest_")
-    server_dir = os.path.join(work, "clickhouse")
-    script = os.path.join(REPO, "tests", "services", "clickhouse.sh")
+    server = None
     url = args.store
     if url is None:
-        port = free_port()
-        subprocess.run(["bash", script, "start", server_dir, str(port)], check=True)
-        url = f"clickhouse://127.0.0.1:{port}/bench"
+        from chdb_front import ServerProcess
+
+        server = ServerProcess(work, free_port())
+        server.start()
+        url = server.url("bench")
     try:
         path = os.path.join(work, "straggler.jsonl")
         write_jsonl(path, args.ranks, args.steps)
@@ -109,8 +111,8 @@ def main() -> int:
             print(f"  {name:<14} {statistics.median(values):>12,.0f} {unit}  "
                   f"(range {min(values):,.0f}-{max(values):,.0f})")
     finally:
-        if args.store is None:
-            subprocess.run(["bash", script, "stop", server_dir], check=False)
+        if server is not None:
+            server.stop()
     return 0
 
 

@@ -10,12 +10,11 @@ tables on the shards of a cluster (reads go through it; inserts are forwarded to
 shards before the server answers). The store never creates a table on a cluster: its
 DDL is the operator's (docs/STORES.md).
 
-The client is httpx over the HTTP interface (relax_straggler.stores.clickhouse_http):
-rows travel as ArrowStream where the server has it, else TabSeparated (18.16). The
-official clickhouse-connect cannot talk to an 18.16 server (it reads settings columns
-18.16 does not have); docs/STORES.md has what was measured. 18.16 has no query
-parameters either, so string literals are escaped here (``quote``), and every value
-comes from a typed, validated Sample.
+The client is clickhouse-connect over the HTTP interface
+(relax_straggler.stores.clickhouse_client): rows travel as Arrow both ways, and every
+value of a statement is a server-side query parameter (``{job:String}``) or an integer of a
+validated Sample. A server too old for clickhouse-connect (Debian's 18.16) is refused at
+the first call, naming the reason (docs/STORES.md).
 
 Recovery is keyed by the server's error code: a table or database that vanished is
 created again by the next write (reads find no rows meanwhile; a table of another layout
@@ -31,36 +30,26 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
-from relax_straggler.stores.clickhouse_http import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
-                                                    ClickHouseError, ClickHouseHTTP, credentials, redact)
+from relax_straggler.stores.clickhouse_client import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
+                                                      ClickHouseClient, ClickHouseError, credentials, redact)
 from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
-from relax_straggler.stores.clickhouse_rows import (arrow_body, arrow_samples, arrow_tables, insert_table, tsv_body,
-                                                    tsv_samples, tsv_strings)
+from relax_straggler.stores.clickhouse_rows import arrow_samples, arrow_tables, insert_table
 from relax_straggler.stores.url import parse_store_url
 
 log = logging.getLogger(__name__)
 
 _MAX_TIMESTAMP = 2**32 - 1  # DateTime is a UInt32
 # An INSERT into a Distributed table returns once every shard has its rows (else the
-# server queues them and answers at once: the acknowledgment would not be one). The 18.16
-# name; newer servers keep it as an alias of distributed_foreground_insert.
+# server queues them and answers at once: the acknowledgment would not be one). The old
+# name, which servers keep as an alias of distributed_foreground_insert (23.x+).
 _DISTRIBUTED_INSERT = {"insert_distributed_sync": "1"}
-WIRES = ("arrow", "tsv")
-TSV_TABLE_ROWS = 65_536  # rows per table of a TabSeparated read (the size of an Arrow answer's batches)
 T = TypeVar("T")
-
-
-def quote(text: str) -> str:
-    """text as a ClickHouse string literal: backslash and quote escaped, so no value can
-    end the literal (18.16 has no query parameters)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def check_sample(i: int, s: Sample) -> None:
@@ -137,44 +126,28 @@ def _is_number(x: object) -> bool:
 
 
 
-@dataclass(frozen=True)
-class ServerFeatures:
-    """What the server can do: ArrowStream in and out (20.x+), DateTime64 (20.1+),
-    JSONExtract (19.x+)."""
-
-    arrow: bool
-    datetime64: bool
-    json_functions: bool
-
-
 class ClickHouseStore:
     """The Store protocol (relax_straggler.stores.base) on a ClickHouse server.
 
     url: ``clickhouse://[USER[:PASSWORD]@]HOST[:PORT][/DB][?table=NAME]``; raises
     ValueError for a bad URL (naming the part, e.g. the table parameter). Nothing is sent
-    until the first call. timeout_s: per request (connect and each read); retries, backoff_s: of requests that can be repeated (clickhouse_http): short,
-    for a blip (a refused connect during a restart, a transient server code); the sink,
-    ingest and the monitor retry longer on their own.
-    wire: "arrow" or "tsv" to force the row format, None to take Arrow where the server
-    has it. Thread-safe.
+    until the first call. timeout_s: per request (connect and each read), s; retries,
+    backoff_s: of requests that can be repeated (clickhouse_client): short, for a blip (a
+    refused connect during a restart, a transient server code); the sink, ingest and the
+    monitor retry longer on their own. Thread-safe.
     """
 
-    def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 1, backoff_s: float = 0.05,
-                 wire: Optional[str] = None) -> None:
+    def __init__(self, url: str, timeout_s: float = 30.0, retries: int = 1, backoff_s: float = 0.05) -> None:
         parsed = parse_store_url(url)
         if parsed.scheme != "clickhouse":
             raise ValueError(f"store URL {url!r}: ClickHouseStore needs clickhouse://HOST:PORT/DB")
-        if wire not in (None, *WIRES):
-            raise ValueError(f"wire must be one of {WIRES} or None, got {wire!r}")
         self.url = url
         self.database, self.table_name = parsed.database, parsed.table
         self._table = f"`{parsed.database}`.`{parsed.table}`"
         self._name = redact(url)
         user, password = credentials(url)
-        self._http = ClickHouseHTTP(f"http://{parsed.location}:{parsed.port}", self._name, user, password,
-                                    timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
-        self._wire = wire
-        self._features: Optional[ServerFeatures] = None
+        self._client = ClickHouseClient(parsed.location, parsed.port, self._name, user, password,
+                                        timeout_s=timeout_s, retries=retries, backoff_s=backoff_s)
         self._layout: Optional[Layout] = None  # the table's columns as last read; None: not read or absent
         self._lost: Optional[Layout] = None  # a table of another layout that vanished: not created again
         self._lock = threading.Lock()
@@ -192,7 +165,7 @@ class ClickHouseStore:
             self.write_table(samples_to_table(samples))
 
     def write_table(self, table: pa.Table) -> None:
-        """Inserts the rows of a SAMPLE_SCHEMA table, as write(); the body is built column
+        """Inserts the rows of a SAMPLE_SCHEMA table, as write(); the insert is built column
         by column in Arrow. Raises ValueError for missing or mistyped columns and names
         the first bad row; StoreError as write()."""
         missing = [f.name for f in SAMPLE_SCHEMA if f.name not in table.column_names]
@@ -208,13 +181,8 @@ class ClickHouseStore:
 
         def insert() -> None:
             layout = self._writable_layout()
-            rows = insert_table(table, layout)
-            names = ", ".join(f"`{n}`" for n in rows.column_names)
             settings = _DISTRIBUTED_INSERT if layout.distributed else None
-            if self._arrow():
-                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT ArrowStream", arrow_body(rows), settings)
-            else:
-                self._http.query(f"INSERT INTO {self._table} ({names}) FORMAT TabSeparated", tsv_body(rows), settings)
+            self._client.insert(self._table, insert_table(table, layout), settings, check_count=not layout.distributed)
 
         self._recovering(insert, "write to", create=True)
 
@@ -226,30 +194,27 @@ class ClickHouseStore:
             layout = self._read_layout()
             if layout is None:
                 return []
-            text = self._http.query(
+            rows = self._client.rows(
                 f"SELECT toInt64(iteration) AS _it, max({layout.field('step_ms')}), max({layout.ts_ms()}), "
                 f"uniqExact({layout.field('rank')}) FROM {self._table} "
-                f"WHERE {layout.job_column} = {quote(job)} AND metric_name = {quote(STEP_METRIC)} "
+                f"WHERE {layout.job_column} = {{job:String}} AND metric_name = {{metric:String}} "
                 f"AND iteration > {int(after_iteration)} AND {self._since(layout, since)} "
-                "GROUP BY _it ORDER BY _it FORMAT TabSeparated").decode("utf-8")
-            out = []
-            for line in text.splitlines():
-                it, step_ms, last_ms, ranks = line.split("\t")
-                out.append(IterationTime(int(it), float(step_ms), int(last_ms) / 1000.0, int(ranks)))
-            return out
+                "GROUP BY _it ORDER BY _it", {"job": job, "metric": STEP_METRIC})
+            return [IterationTime(int(it), float(step_ms), int(last_ms) / 1000.0, int(ranks))
+                    for it, step_ms, last_ms, ranks in rows]
 
         return self._recovering(read, "read", empty=[])
 
     def samples(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[Sample]:
         """Streams the rows (the answer is decoded as it arrives, never held whole), one
         Sample per row. Raises StoreError when the request fails, also part way through."""
-        return self._rows(job, first_iteration, last_iteration, since, arrow_samples, tsv_samples)
+        return self._rows(job, first_iteration, last_iteration, since, arrow_samples)
 
     def tables(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> Iterator[pa.Table]:
         """The rows of samples() as SAMPLE_SCHEMA tables, streamed: one per Arrow record
-        batch of the answer, built column by column (a table may end inside an iteration);
-        a TabSeparated answer (18.16) in tables of TSV_TABLE_ROWS rows. Raises as samples()."""
-        return self._rows(job, first_iteration, last_iteration, since, arrow_tables, _tsv_tables)
+        batch of the answer, built column by column (a table may end inside an iteration).
+        Raises as samples()."""
+        return self._rows(job, first_iteration, last_iteration, since, arrow_tables)
 
     def table(self, job: str, first_iteration: int, last_iteration: int, since: float = 0.0) -> pa.Table:
         """samples() as one SAMPLE_SCHEMA table (the whole range in memory). Raises as samples()."""
@@ -257,28 +222,19 @@ class ClickHouseStore:
         return pa.concat_tables(parts) if parts else SAMPLE_SCHEMA.empty_table()
 
     def _rows(self, job: str, first_iteration: int, last_iteration: int, since: float,
-              from_arrow: Callable[[Iterator[bytes]], Iterator[T]], from_tsv: Callable[[Iterator[str]], Iterator[T]]
-              ) -> Iterator[T]:
-        """The range's rows, decoded from the answer as it arrives by from_arrow (chunks of an
-        ArrowStream) or from_tsv (TabSeparated lines), ordered by iteration, rank, timer."""
+              decode: Callable[[Iterator[pa.RecordBatch]], Iterator[T]]) -> Iterator[T]:
+        """The range's rows, decoded by `decode` from the answer's Arrow record batches as
+        they arrive, ordered by iteration, rank, timer."""
         for attempt in (0, 1):
             layout = self._recovering(self._read_layout, "read", empty=None)
             if layout is None:
                 return
-            arrow = self._arrow()
-            query = (f"SELECT {layout.select()} FROM {self._table} WHERE {layout.job_column} = {quote(job)} "
+            query = (f"SELECT {layout.select()} FROM {self._table} WHERE {layout.job_column} = {{job:String}} "
                      f"AND iteration >= {int(first_iteration)} AND iteration <= {int(last_iteration)} "
-                     f"AND {self._since(layout, since)} ORDER BY _iteration, _rank, _metric_name, _subname "
-                     f"FORMAT {'ArrowStream' if arrow else 'TabSeparated'}")
+                     f"AND {self._since(layout, since)} ORDER BY _iteration, _rank, _metric_name, _subname")
             try:
-                with self._http.stream(query) as chunks:
-                    if arrow:
-                        try:
-                            yield from from_arrow(chunks)
-                        except (pa.ArrowInvalid, OSError) as exc:  # e.g. the server's error after a 200
-                            raise StoreError(f"{self._name}: the answer broke off: {exc}") from None
-                    else:
-                        yield from from_tsv(_lines(chunks))
+                with self._client.batches(query, {"job": job}) as batches:
+                    yield from decode(batches)
                 return
             except ClickHouseError as exc:
                 if exc.code in MISSING_TABLE_CODES:
@@ -293,18 +249,17 @@ class ClickHouseStore:
             layout = self._read_layout()
             if layout is None:
                 return []
-            text = self._http.query(f"SELECT DISTINCT {layout.job_column} FROM {self._table} "
-                                    f"WHERE {self._since(layout, since)} ORDER BY {layout.job_column} "
-                                    "FORMAT TabSeparated")
-            return tsv_strings(text.decode("utf-8").split("\n"))
+            rows = self._client.rows(f"SELECT DISTINCT {layout.job_column} FROM {self._table} "
+                                     f"WHERE {self._since(layout, since)} ORDER BY {layout.job_column}")
+            return [job for (job,) in rows]
 
         return self._recovering(read, "read", empty=[])
 
     def ping(self) -> None:
-        self._http.ping()
+        self._client.ping()
 
     def close(self) -> None:
-        self._http.close()
+        self._client.close()
 
     def layout(self) -> Optional[Layout]:
         """The table's layout as the server has it now; None when the table does not exist.
@@ -355,36 +310,21 @@ class ClickHouseStore:
     def _permission(self, exc: ClickHouseError, action: str) -> StoreError:
         if exc.code not in PERMISSION_CODES:
             return exc
-        return ClickHouseError(f"{self._name}: user {self._http.user!r} may not {action} {self._table} "
+        return ClickHouseError(f"{self._name}: user {self._client.user!r} may not {action} {self._table} "
                                f"(server code {exc.code}: {str(exc).split(': ', 2)[-1]})", exc.code)
-
-    def _arrow(self) -> bool:
-        if self._wire is not None:
-            return self._wire == "arrow"
-        return self._server().arrow
-
-    def _server(self) -> ServerFeatures:
-        if self._features is None:
-            text = self._http.query(
-                "SELECT (SELECT count() FROM system.formats WHERE name = 'ArrowStream' AND is_input AND is_output), "
-                "(SELECT count() FROM system.data_type_families WHERE name = 'DateTime64'), "
-                "(SELECT count() FROM system.functions WHERE name = 'JSONExtract') FORMAT TabSeparated")
-            self._features = ServerFeatures(*(int(v) > 0 for v in text.decode().split()))
-        return self._features
 
     def _read_layout(self) -> Optional[Layout]:
         """The table's columns (system.columns), read once; None while the table is absent."""
         if self._layout is not None:
             return self._layout
-        where = f"database = {quote(self.database)} AND {{}} = {quote(self.table_name)}"
-        text = self._http.query(f"SELECT name, type FROM system.columns WHERE {where.format('table')} "
-                                "FORMAT TabSeparated").decode("utf-8")
-        columns = dict(line.split("\t", 1) for line in tsv_strings(text.split("\n")))
+        names = {"db": self.database, "table": self.table_name}
+        columns = dict(self._client.rows("SELECT name, type FROM system.columns WHERE database = {db:String} "
+                                         "AND table = {table:String} ORDER BY position", names))
         if not columns:
             return None
-        engine = tsv_strings(self._http.query(f"SELECT engine FROM system.tables WHERE {where.format('name')} "
-                                              "FORMAT TabSeparated").decode("utf-8").split("\n"))
-        self._layout = Layout(self._table, columns, self._server().json_functions, engine[0] if engine else "")
+        engine = self._client.rows("SELECT engine FROM system.tables WHERE database = {db:String} "
+                                   "AND name = {table:String}", names)
+        self._layout = Layout(self._table, columns, engine[0][0] if engine else "")
         return self._layout
 
     def _writable_layout(self) -> Layout:
@@ -396,8 +336,8 @@ class ClickHouseStore:
         if layout is not None:
             self._lost = None
         if layout is None:
-            self._http.query(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
-            self._http.query(own_ddl(self._table, self._server().datetime64))
+            self._client.command(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+            self._client.command(own_ddl(self._table))
             layout = self._read_layout()
             if layout is None:
                 raise StoreError(f"{self._name}: {self._table} was created but system.columns does not list it")
@@ -414,28 +354,3 @@ class ClickHouseStore:
             return "1"
         since_ms = int(round(since * 1000.0))
         return layout.since(since_ms, min(since_ms // 1000, _MAX_TIMESTAMP))
-
-
-def _tsv_tables(lines: Iterator[str]) -> Iterator[pa.Table]:
-    """SAMPLE_SCHEMA tables of TSV_TABLE_ROWS rows of a TabSeparated answer (18.16 has no
-    Arrow: its rows are parsed one by one)."""
-    batch: list[Sample] = []
-    for sample in tsv_samples(lines):
-        batch.append(sample)
-        if len(batch) == TSV_TABLE_ROWS:
-            yield samples_to_table(batch)
-            batch = []
-    if batch:
-        yield samples_to_table(batch)
-
-
-def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
-    """The lines of a UTF-8 answer that arrives in chunks."""
-    rest = b""
-    for chunk in chunks:
-        rest += chunk
-        *lines, rest = rest.split(b"\n")
-        for line in lines:
-            yield line.decode("utf-8")
-    if rest:
-        yield rest.decode("utf-8")

@@ -5,8 +5,6 @@ them, so tables that exist in the field are used as they are:
 
 - the store's own table (``own_ddl``): ``timestamp DateTime64(3)``, ``job``, ``metric_name``,
   ``subname``, ``rank``, ``iteration``, ``node``, ``cluster``, ``metric_values Array(Float64)``;
-  on servers without DateTime64 (before 20.1) ``timestamp DateTime`` plus
-  ``timestamp_ms UInt16``, the milliseconds;
 - the Megatron metrics layout: ``timestamp DateTime, job_id String, metric_name String,
   iteration UInt64, value Float64, attributes JSON`` (or ``Object('json')`` or ``String``):
   one value per row; rank, subname, node and cluster are keys of ``attributes`` and a row
@@ -31,11 +29,9 @@ VALUES_KEY = "values"
 FIELDS = ("ts_ms", "job", "metric_name", "subname", "rank", "iteration", "node", "cluster", "metric_values")
 
 
-def own_ddl(table: str, datetime64: bool) -> str:
-    """CREATE TABLE IF NOT EXISTS of the store's own table `table` (already quoted).
-    datetime64: the server has DateTime64 (20.1+); else whole seconds plus timestamp_ms."""
-    time_columns = "timestamp DateTime64(3)" if datetime64 else "timestamp DateTime, timestamp_ms UInt16"
-    return (f"CREATE TABLE IF NOT EXISTS {table} ({time_columns}, job String, metric_name String, "
+def own_ddl(table: str) -> str:
+    """CREATE TABLE IF NOT EXISTS of the store's own table `table` (already quoted)."""
+    return (f"CREATE TABLE IF NOT EXISTS {table} (timestamp DateTime64(3), job String, metric_name String, "
             "subname String, rank Int32, iteration Int64, node String, cluster String, "
             "metric_values Array(Float64)) ENGINE = MergeTree PARTITION BY toYYYYMMDD(timestamp) "
             "ORDER BY (job, metric_name, rank, iteration)")
@@ -53,10 +49,8 @@ def _base_type(ch_type: str) -> str:
 class Layout:
     """How Sample fields map onto the columns of one table.
 
-    columns: name -> ClickHouse type, as system.columns lists them; json_functions: the
-    server has JSONExtract (19.x+; else the simpler visitParam functions read attributes,
-    which need its keys at the top level, as written here); engine: the table's engine as
-    system.tables names it ('' when unknown). Raises StoreError
+    columns: name -> ClickHouse type, as system.columns lists them; engine: the table's
+    engine as system.tables names it ('' when unknown). Raises StoreError
     (naming `table`) when a column every layout needs is missing: a timestamp, a job
     (``job`` or ``job_id``), ``metric_name``, ``iteration`` and the values
     (``metric_values`` or ``value``).
@@ -64,7 +58,6 @@ class Layout:
 
     table: str
     columns: Mapping[str, str]
-    json_functions: bool = True
     engine: str = ""
 
     def __post_init__(self) -> None:
@@ -123,8 +116,7 @@ class Layout:
         """The row's time as ms since the epoch (UInt64 / Int64)."""
         if self.datetime64:
             return "toUnixTimestamp64Milli(timestamp)"
-        extra = " + timestamp_ms" if "timestamp_ms" in self.columns else ""
-        return f"toUInt64(timestamp) * 1000{extra}"
+        return "toUInt64(timestamp) * 1000"
 
     def _attributes_text(self) -> str:
         kind = self.attributes_kind
@@ -145,12 +137,8 @@ class Layout:
             if self.attributes_kind is None:
                 return "[toFloat64(value)]"
             a = self._attributes_text()
-            if self.json_functions:
-                listed = f"JSONExtract({a}, '{VALUES_KEY}', 'Array(Float64)')"
-                return f"if(JSONHas({a}, '{VALUES_KEY}'), {listed}, [toFloat64(value)])"
-            raw = f"replaceRegexpAll(visitParamExtractRaw({a}, '{VALUES_KEY}'), '[\\\\[\\\\] ]', '')"
-            listed = f"arrayMap(x -> toFloat64OrZero(x), splitByChar(',', {raw}))"
-            return f"if(visitParamHas({a}, '{VALUES_KEY}'), {listed}, [toFloat64(value)])"
+            listed = f"JSONExtract({a}, '{VALUES_KEY}', 'Array(Float64)')"
+            return f"if(JSONHas({a}, '{VALUES_KEY}'), {listed}, [toFloat64(value)])"
         if name == "step_ms":  # the first value, for the poll's aggregate
             return "metric_values[1]" if "metric_values" in self.columns else "toFloat64(value)"
         if name == "ts_ms":
@@ -160,8 +148,7 @@ class Layout:
             return f"toInt32({name})" if name == "rank" else f"toString({name})"
         if place == "attributes":
             a = self._attributes_text()
-            prefix = "JSONExtract" if self.json_functions else "visitParamExtract"
-            return f"toInt32({prefix}Int({a}, '{name}'))" if name == "rank" else f"{prefix}String({a}, '{name}')"
+            return f"toInt32(JSONExtractInt({a}, '{name}'))" if name == "rank" else f"JSONExtractString({a}, '{name}')"
         return "toInt32(0)" if name == "rank" else "''"
 
     def select(self) -> str:
@@ -170,9 +157,9 @@ class Layout:
 
     def since(self, since_ms: int, seconds: int) -> str:
         """`row time >= since_ms`; the whole-second bound on the column lets the server skip
-        older partitions. A table of whole seconds (DateTime alone) is bounded to the second:
-        a row of the same second as `since` is kept, not lost to its truncation."""
-        if not self.datetime64 and "timestamp_ms" not in self.columns:
+        older partitions. A table of whole seconds (DateTime) is bounded to the second: a
+        row of the same second as `since` is kept, not lost to its truncation."""
+        if not self.datetime64:
             return f"timestamp >= toDateTime({seconds})"
         return f"timestamp >= toDateTime({seconds}) AND {self.ts_ms()} >= {since_ms}"
 

@@ -1,16 +1,12 @@
-"""Rows to and from ClickHouse's wire formats, column by column in Arrow (no Python object
-per row on the write path).
+"""Rows to and from the Arrow tables the ClickHouse client sends and receives, column by
+column (no Python object per row on the write path).
 
-Two formats: ArrowStream on servers that have it (20.x and later: about 5x faster both
-ways, docs/PERFORMANCE.md) and TabSeparated on the others (18.16 has neither Arrow nor
-query parameters). The insert's columns follow the table's Layout
-(relax_straggler.stores.clickhouse_layout).
+The insert's columns follow the table's Layout (relax_straggler.stores.clickhouse_layout);
+an answer's batches are those of a SELECT of Layout.select().
 """
 
 from __future__ import annotations
 
-import io
-import re
 from typing import Iterable, Iterator
 
 import pyarrow as pa
@@ -19,10 +15,6 @@ import pyarrow.compute as pc
 from relax_straggler.stores.base import SAMPLE_SCHEMA, Sample, table_to_samples
 from relax_straggler.stores.clickhouse_layout import ATTRIBUTE_FIELDS, FIELDS, VALUES_KEY, Layout
 
-# TabSeparated escapes, backslash first (ClickHouse reads these back).
-_TSV_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"), ("\0", "\\0"))
-_TSV_UNESCAPES = {"t": "\t", "n": "\n", "r": "\r", "0": "\0", "b": "\b", "f": "\f", "\\": "\\", "'": "'"}
-_TSV_UNESCAPE = re.compile(r"\\(.)", re.S)
 # JSON string escapes: backslash and quote first, then every control character.
 _JSON_ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
                  *((chr(c), f"\\u{c:04x}") for c in range(32) if chr(c) not in "\n\r\t"))
@@ -34,13 +26,10 @@ def insert_table(table: pa.Table, layout: Layout) -> pa.Table:
     out: dict[str, pa.ChunkedArray] = {}
     if layout.datetime64:
         out["timestamp"] = pc.cast(total_ms, pa.timestamp("ms"))
-    else:
-        seconds = pc.divide(total_ms, 1000)  # integer division: timestamps are >= 0
-        out["timestamp"] = pc.cast(seconds, pa.uint32())
-        if "timestamp_ms" in layout.columns:
-            out["timestamp_ms"] = pc.cast(pc.subtract(total_ms, pc.multiply(seconds, 1000)), pa.uint16())
-    out[layout.job_column] = table.column("job")
-    out["metric_name"] = table.column("metric_name")
+    else:  # whole seconds; integer division: timestamps are >= 0
+        out["timestamp"] = pc.cast(pc.divide(total_ms, 1000), pa.uint32())
+    out[layout.job_column] = _labels(table.column("job"))
+    out["metric_name"] = _labels(table.column("metric_name"))
     unsigned = layout.type_of("iteration").startswith("UInt")
     out["iteration"] = pc.cast(table.column("iteration"), pa.uint64() if unsigned else pa.int64())
     values = table.column("metric_values")
@@ -51,12 +40,19 @@ def insert_table(table: pa.Table, layout: Layout) -> pa.Table:
     in_attributes = []
     for field in ATTRIBUTE_FIELDS:
         if layout.place_of(field) == "column":
-            out[field] = table.column(field)
+            out[field] = table.column(field) if field == "rank" else _labels(table.column(field))
         else:
             in_attributes.append(field)
     if layout.attributes_kind is not None:
         out["attributes"] = _attributes(table, in_attributes, keep_values="metric_values" not in layout.columns)
     return pa.table(out)
+
+
+def _labels(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A string column of few distinct values (job, timer, node, cluster) as an Arrow
+    dictionary: the server reads it into its String column, and the insert is a third
+    smaller and about 4x faster to encode (docs/PERFORMANCE.md)."""
+    return pc.dictionary_encode(column)
 
 
 def _attributes(table: pa.Table, fields: list[str], keep_values: bool) -> pa.ChunkedArray:
@@ -85,64 +81,11 @@ def _joined(values: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.binary_join(pc.cast(values, pa.list_(pa.string())), ",")
 
 
-def arrow_body(table: pa.Table) -> bytes:
-    """`table` as one ArrowStream (INSERT ... FORMAT ArrowStream)."""
-    sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue()
-
-
-def tsv_body(table: pa.Table) -> bytes:
-    """`table` as TabSeparated rows, in its column order (INSERT ... FORMAT TabSeparated)."""
-    columns = []
-    for name in table.column_names:
-        col = table.column(name)
-        if pa.types.is_timestamp(col.type):  # DateTime64(3) reads "seconds.mmm"
-            ms = pc.cast(col, pa.int64())
-            seconds = pc.divide(ms, 1000)
-            frac = pc.utf8_lpad(pc.cast(pc.subtract(ms, pc.multiply(seconds, 1000)), pa.string()), 3, "0")
-            col = pc.binary_join_element_wise(pc.cast(seconds, pa.string()), frac, ".")
-        elif pa.types.is_list(col.type):
-            col = pc.binary_join_element_wise("[", _joined(col), "]", "")
-        elif pa.types.is_string(col.type):
-            for raw, escaped in _TSV_ESCAPES:
-                col = pc.replace_substring(col, raw, escaped)
-        columns.append(pc.cast(col, pa.string()))
-    lines = pc.binary_join_element_wise(*columns, "\t").combine_chunks()
-    one = pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines)
-    return pc.binary_join(one, "\n")[0].as_buffer().to_pybytes() + b"\n"
-
-
-def _untsv(field: str) -> str:
-    return _TSV_UNESCAPE.sub(lambda m: _TSV_UNESCAPES.get(m.group(1), m.group(1)), field) if "\\" in field else field
-
-
-def tsv_strings(lines: Iterable[str]) -> list[str]:
-    """The single string column of a TabSeparated answer."""
-    return [_untsv(line) for line in lines if line]
-
-
-def tsv_samples(lines: Iterable[str]) -> Iterator[Sample]:
-    """Samples of a TabSeparated answer to a SELECT of Layout.select()."""
-    for line in lines:
-        if not line:
-            continue
-        (ts_ms, job, metric, subname, rank, iteration, node, cluster, values) = line.split("\t")
-        inner = values[1:-1]
-        yield Sample(timestamp=int(ts_ms) / 1000.0, job=_untsv(job), metric_name=_untsv(metric),
-                     rank=int(rank), iteration=int(iteration),
-                     values=tuple(float(v) for v in inner.split(",")) if inner else (),
-                     subname=_untsv(subname), node=_untsv(node), cluster=_untsv(cluster))
-
-
-def arrow_tables(chunks: Iterator[bytes]) -> Iterator[pa.Table]:
-    """SAMPLE_SCHEMA tables of an ArrowStream answer to a SELECT of Layout.select(), one
-    per record batch as it arrives (a batch may end inside an iteration). Column by column:
-    no Python object per row."""
-    # Buffered: its read(n) returns n bytes unless the answer ended, as Arrow's reader expects.
-    reader = pa.ipc.open_stream(io.BufferedReader(_ChunkReader(chunks), buffer_size=1 << 20))
-    for batch in reader:
+def arrow_tables(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """SAMPLE_SCHEMA tables of the answer to a SELECT of Layout.select(), one per record
+    batch as it arrives (a batch may end inside an iteration). Column by column: no Python
+    object per row."""
+    for batch in batches:
         yield sample_table(batch)
 
 
@@ -159,28 +102,7 @@ def sample_table(batch: pa.RecordBatch) -> pa.Table:
     return pa.table({name: cols[name] for name in SAMPLE_SCHEMA.names}).cast(SAMPLE_SCHEMA)
 
 
-def arrow_samples(chunks: Iterator[bytes]) -> Iterator[Sample]:
-    """Samples of an ArrowStream answer to a SELECT of Layout.select(), batch by batch."""
-    for table in arrow_tables(chunks):
+def arrow_samples(batches: Iterable[pa.RecordBatch]) -> Iterator[Sample]:
+    """Samples of the answer to a SELECT of Layout.select(), batch by batch."""
+    for table in arrow_tables(batches):
         yield from table_to_samples(table)
-
-
-class _ChunkReader(io.RawIOBase):
-    """A readable file over an iterator of byte chunks (for pyarrow's stream reader)."""
-
-    def __init__(self, chunks: Iterator[bytes]) -> None:
-        self._chunks, self._buffer = iter(chunks), b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, out) -> int:
-        while not self._buffer:
-            chunk = next(self._chunks, None)
-            if chunk is None:
-                return 0
-            self._buffer = chunk
-        n = min(len(out), len(self._buffer))
-        out[:n] = self._buffer[:n]
-        self._buffer = self._buffer[n:]
-        return n

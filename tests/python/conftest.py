@@ -60,9 +60,9 @@ def run_demo(tmp_path):
 
 
 # ClickHouse ---------------------------------------------------------------------------
-CLICKHOUSE_SH = REPO / "tests" / "services" / "clickhouse.sh"
-
-
+# A private ClickHouse 26.9 server process on 127.0.0.1: url(db, user), start(), stop(), kill().
+sys.path.insert(0, str(REPO / "tests" / "services"))
+from chdb_front import ServerProcess as ClickHouseServer  # noqa: E402
 def free_port() -> int:
     import socket
 
@@ -85,59 +85,6 @@ def wait_for(predicate, timeout_s: float = 60.0, what: str = "condition"):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-class ClickHouseServer:
-    """A private clickhouse-server on 127.0.0.1 (tests/services/clickhouse.sh), its data in
-    `directory`. start() returns once it answers; stop() waits for it to exit."""
-
-    def __init__(self, directory: Path, port: int) -> None:
-        self.directory, self.port = directory, port
-
-    def url(self, database: str = "default", user: str = "") -> str:
-        who = f"{user}@" if user else ""
-        return f"clickhouse://{who}127.0.0.1:{self.port}/{database}"
-
-    def start(self) -> None:
-        self._run("start", str(self.port))
-
-    def stop(self) -> None:
-        self._run("stop")
-
-    def _run(self, command: str, *args: str) -> None:
-        proc = subprocess.run(["bash", str(CLICKHOUSE_SH), command, str(self.directory), *args],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode != 0:
-            raise AssertionError(f"clickhouse.sh {command} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-
-
-def require_clickhouse() -> None:
-    """Skips the test without clickhouse-server, or fails under CI=true, where `make setup`
-    must have installed it."""
-    import shutil
-
-    if shutil.which("clickhouse-server") or os.path.exists("/usr/sbin/clickhouse-server"):
-        return
-    message = "clickhouse-server is not installed: run `make setup` (it installs the Debian package)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="session")
-def clickhouse_server(tmp_path_factory):
-    """The session's ClickHouseServer (started once, stopped at the end)."""
-    require_clickhouse()
-    server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse"), free_port())
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def clickhouse_url(clickhouse_server) -> str:
-    """clickhouse://127.0.0.1:PORT/default of the session's private server."""
-    return clickhouse_server.url()
-
-
 def require_chdb() -> None:
     """Skips the test without the chdb package, or fails under CI=true (requirements.txt)."""
     try:
@@ -150,27 +97,19 @@ def require_chdb() -> None:
 
 
 @pytest.fixture(scope="session")
-def chdb_server(tmp_path_factory):
-    """A modern ClickHouse (chDB 26.9 behind tests/services/chdb_front.py) for the session;
-    user `reader` is read-only, as on the clickhouse_server."""
+def clickhouse_server(tmp_path_factory):
+    """The session's ClickHouseServer (started once, stopped at the end)."""
     require_chdb()
-    sys.path.insert(0, str(REPO / "tests" / "services"))
-    from chdb_front import ChdbFront
-
-    front = ChdbFront(str(tmp_path_factory.mktemp("chdb")), free_port(), readonly_users={"reader"})
-    front.start()
-    yield front
-    front.stop()
+    server = ClickHouseServer(tmp_path_factory.mktemp("clickhouse"), free_port())
+    server.start()
+    yield server
+    server.stop()
 
 
-# Every ClickHouse-level test runs on each engine: Debian's 18.16 server and chDB's 26.9.
-CLICKHOUSE_ENGINES = ["clickhouse_server", "chdb_server"]
-
-
-@pytest.fixture(params=CLICKHOUSE_ENGINES)
-def clickhouse_engine(request):
-    """The session's server of each engine in CLICKHOUSE_ENGINES in turn (url(db, user), port)."""
-    return request.getfixturevalue(request.param)
+@pytest.fixture(scope="session")
+def clickhouse_url(clickhouse_server) -> str:
+    """clickhouse://127.0.0.1:PORT/default of the session's private server."""
+    return clickhouse_server.url()
 
 
 # Stores --------------------------------------------------------------------------------

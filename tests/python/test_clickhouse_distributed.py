@@ -1,18 +1,14 @@
 """ClickHouseStore beyond one table name and one machine: ``?table=NAME`` and a Distributed
-table over a local MergeTree (cluster ``test_shard_localhost``), on each engine: chDB 26.9
-(its front defines the cluster) and Debian's 18.16 started with a native port
-(tests/services/clickhouse.sh, CLICKHOUSE_TCP_PORT)."""
+table over a local MergeTree (cluster ``test_shard_localhost``, which the test server's
+configuration defines, tests/services/chdb_front.py)."""
 
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
 
 import httpx
 import pytest
 
-from conftest import CLICKHOUSE_SH, free_port, require_clickhouse
 from relax_straggler.readers.store_input import parse_input_url
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse import ClickHouseStore
@@ -23,44 +19,10 @@ _databases = itertools.count()
 T0 = 1_790_000_000.0
 
 
-class ClusterServer:
-    """A private 18.16 server whose config has the cluster test_shard_localhost."""
-
-    def __init__(self, directory, port: int) -> None:
-        self.directory, self.port = str(directory), port
-
-    def url(self, database: str = "default", user: str = "") -> str:
-        who = f"{user}@" if user else ""
-        return f"clickhouse://{who}127.0.0.1:{self.port}/{database}"
-
-    def run(self, command: str, *args: str, env: dict | None = None) -> None:
-        proc = subprocess.run(["bash", str(CLICKHOUSE_SH), command, self.directory, *args], capture_output=True,
-                              text=True, timeout=120, env={**os.environ, **(env or {})})
-        assert proc.returncode == 0, f"clickhouse.sh {command}: {proc.stderr[-2000:]}"
-
-
-@pytest.fixture(scope="module")
-def clickhouse_cluster_server(tmp_path_factory):
-    require_clickhouse()
-    server = ClusterServer(tmp_path_factory.mktemp("clickhouse-cluster"), free_port())
-    server.run("start", str(server.port), env={"CLICKHOUSE_TCP_PORT": str(free_port())})
-    yield server
-    server.run("stop")
-
-
-@pytest.fixture(params=["clickhouse_cluster_server", "chdb_server"])
-def cluster_engine(request):
-    return request.getfixturevalue(request.param)
-
-
 def admin(engine, sql: str) -> str:
     response = httpx.post(f"http://127.0.0.1:{engine.port}/", content=sql.encode())
     assert response.status_code == 200, response.text
     return response.text
-
-
-def is_modern(engine) -> bool:
-    return int(admin(engine, "SELECT version()").split(".")[0]) >= 25
 
 
 def rows(job: str, iterations: range, ranks: int) -> list[Sample]:
@@ -101,17 +63,17 @@ def test_a_bad_table_parameter_is_refused_naming_it(url, message):
         parse_store_url(url)
 
 
-def test_a_named_table_is_used_and_created_alone(clickhouse_engine):
+def test_a_named_table_is_used_and_created_alone(clickhouse_server):
     db = f"test_dist_{next(_databases)}"
-    store = ClickHouseStore(clickhouse_engine.url(db) + "?table=timers_b")
+    store = ClickHouseStore(clickhouse_server.url(db) + "?table=timers_b")
     try:
         store.write(rows("j", range(2), ranks=2))
-        assert admin(clickhouse_engine, f"SHOW TABLES FROM {db}").split() == ["timers_b"]
+        assert admin(clickhouse_server, f"SHOW TABLES FROM {db}").split() == ["timers_b"]
         assert by_key(store.samples("j", 0, 9)) == by_key(rows("j", range(2), ranks=2))
         assert [i.iteration for i in store.iterations("j")] == [0, 1] and store.jobs() == ["j"]
     finally:
         store.close()
-    default = ClickHouseStore(clickhouse_engine.url(db))
+    default = ClickHouseStore(clickhouse_server.url(db))
     try:
         assert default.jobs() == [] and default.layout() is None  # megatron_metrics was never made
     finally:
@@ -123,45 +85,45 @@ def make_distributed(engine, db: str, table: str = "megatron_metrics") -> None:
     """The cluster DDL of docs/STORES.md on a one-shard cluster: the local table (a plain
     MergeTree here: no keeper) and the Distributed table over it."""
     admin(engine, f"CREATE DATABASE {db}")
-    admin(engine, own_ddl(f"{db}.{table}_local", is_modern(engine)))
+    admin(engine, own_ddl(f"{db}.{table}_local"))
     admin(engine, f"CREATE TABLE {db}.{table} AS {db}.{table}_local "
                   f"ENGINE = Distributed('test_shard_localhost', '{db}', '{table}_local', rand())")
 
 
-def test_reads_and_writes_go_through_a_distributed_table(cluster_engine):
+def test_reads_and_writes_go_through_a_distributed_table(clickhouse_server):
     db = f"test_dist_{next(_databases)}"
-    make_distributed(cluster_engine, db)
-    store = ClickHouseStore(cluster_engine.url(db))
+    make_distributed(clickhouse_server, db)
+    store = ClickHouseStore(clickhouse_server.url(db))
     try:
         assert store.layout().distributed
         written = rows("j", range(3), ranks=4)
         store.write(written[:12])
         store.write_table(samples_to_table(written[12:]))
         # Acknowledged = on the shard: the local table holds every row once the write returns.
-        assert admin(cluster_engine, f"SELECT count() FROM {db}.megatron_metrics_local").strip() == str(len(written))
+        assert admin(clickhouse_server, f"SELECT count() FROM {db}.megatron_metrics_local").strip() == str(len(written))
         assert by_key(store.samples("j", 0, 9)) == by_key(written)
         assert store.table("j", 1, 1).num_rows == 8
         assert [(i.iteration, i.ranks, i.step_ms) for i in store.iterations("j")] == [(it, 4, 103.0) for it in
                                                                                        range(3)]
         assert store.jobs() == ["j"]
-        assert sorted(admin(cluster_engine, f"SHOW TABLES FROM {db}").split()) == ["megatron_metrics",
+        assert sorted(admin(clickhouse_server, f"SHOW TABLES FROM {db}").split()) == ["megatron_metrics",
                                                                                     "megatron_metrics_local"]
     finally:
         store.close()
 
 
-def test_a_missing_local_table_is_an_error_and_nothing_is_created_in_its_place(cluster_engine):
+def test_a_missing_local_table_is_an_error_and_nothing_is_created_in_its_place(clickhouse_server):
     db = f"test_dist_{next(_databases)}"
-    make_distributed(cluster_engine, db)
-    store = ClickHouseStore(cluster_engine.url(db))
+    make_distributed(clickhouse_server, db)
+    store = ClickHouseStore(clickhouse_server.url(db))
     try:
         store.write(rows("j", range(1), ranks=1))
-        admin(cluster_engine, f"DROP TABLE {db}.megatron_metrics_local")
+        admin(clickhouse_server, f"DROP TABLE {db}.megatron_metrics_local")
         for call in (lambda: store.iterations("j"), lambda: list(store.samples("j", 0, 9)), store.jobs,
                      lambda: store.write(rows("j", range(1, 2), ranks=1))):
             with pytest.raises(StoreError, match=r"`megatron_metrics` exists but a table it reads is missing "
                                                  r"\(the table under this Distributed table.*ON CLUSTER .*code 60"):
                 call()
-        assert admin(cluster_engine, f"SHOW TABLES FROM {db}").split() == ["megatron_metrics"]
+        assert admin(clickhouse_server, f"SHOW TABLES FROM {db}").split() == ["megatron_metrics"]
     finally:
         store.close()

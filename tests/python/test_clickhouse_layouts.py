@@ -1,6 +1,5 @@
-"""The table layouts ClickHouseStore reads and writes as it finds them, on each engine:
-its own table, its 18.16 form (DateTime + timestamp_ms) and the Megatron metrics layout
-(job_id, value, attributes JSON / Object / String)."""
+"""The table layouts ClickHouseStore reads and writes as it finds them: its own table and
+the Megatron metrics layout (job_id, value, attributes JSON / Object / String)."""
 
 from __future__ import annotations
 
@@ -28,15 +27,11 @@ def admin(engine, sql: str) -> str:
 
 
 @pytest.fixture
-def db(clickhouse_engine):
-    """(engine, database) with the database created and empty."""
+def db(clickhouse_server):
+    """(server, database) with the database created and empty."""
     name = f"test_layout_{next(_databases)}"
-    admin(clickhouse_engine, f"CREATE DATABASE {name}")
-    return clickhouse_engine, name
-
-
-def is_modern(engine) -> bool:
-    return int(admin(engine, "SELECT version()").split(".")[0]) >= 25
+    admin(clickhouse_server, f"CREATE DATABASE {name}")
+    return clickhouse_server, name
 
 
 def rows(job: str, iterations: range, ranks: int, t0: float = T0) -> list[Sample]:
@@ -52,48 +47,31 @@ def by_key(samples):
     return sorted(samples, key=lambda s: (s.iteration, s.rank, s.metric_name, s.subname))
 
 
-def test_own_table_is_datetime64_with_day_partitions_where_the_server_has_it(db):
+def test_own_table_is_datetime64_with_day_partitions(db):
     engine, name = db
     store = ClickHouseStore(engine.url(name))
     store.write(rows("j", range(2), ranks=2))
     layout = store.layout()
-    assert layout.datetime64 == is_modern(engine)
-    assert ("timestamp_ms" in layout.columns) == (not is_modern(engine))
+    assert layout.datetime64
     ddl = admin(engine, f"SHOW CREATE TABLE {name}.megatron_metrics")
     assert "PARTITION BY toYYYYMMDD(timestamp)" in ddl
     assert by_key(store.samples("j", 0, 9)) == by_key(rows("j", range(2), ranks=2))
     store.close()
 
 
-def test_the_store_s_18_16_form_on_a_modern_server_is_read_and_written(db):
-    engine, name = db
-    admin(engine, f"CREATE TABLE {name}.megatron_metrics (timestamp DateTime, timestamp_ms UInt16, job String, "
-                  "metric_name String, subname String, rank Int32, iteration Int64, node String, cluster String, "
-                  "metric_values Array(Float64)) ENGINE = MergeTree PARTITION BY toYYYYMMDD(timestamp) "
-                  "ORDER BY (job, metric_name, rank, iteration)")
-    store = ClickHouseStore(engine.url(name))
-    written = [Sample(T0 + 0.123, "j", STEP_METRIC, 1, 0, (5.0,))]
-    store.write(written)
-    assert list(store.samples("j", 0, 0)) == written  # the milliseconds kept in timestamp_ms
-    store.close()
-
-
 @pytest.mark.parametrize("attributes", ["String", "JSON"])
 def test_the_megatron_layout_is_read_and_written_as_it_is(db, attributes):
     engine, name = db
-    if attributes == "JSON" and not is_modern(engine):
-        pytest.skip("JSON columns exist from ClickHouse 25.3")
     admin(engine, MEGATRON.format(db=name, attributes=attributes))
     store = ClickHouseStore(engine.url(name))
     written = rows("mega-1", range(3), ranks=2)
-    store.write(written)  # the table is kept: no second CREATE, no missing timestamp_ms
+    store.write(written)  # the table is kept: no second CREATE
     assert by_key(store.samples("mega-1", 0, 9)) == by_key(written)  # whole seconds: DateTime
     its = store.iterations("mega-1")
     assert [(i.iteration, i.step_ms, i.ranks) for i in its] == [(0, 101.0, 2), (1, 101.0, 2), (2, 101.0, 2)]
     assert store.jobs() == ["mega-1"]
-    # A row another writer put there: rank and node as attributes, one value (18.16 has only
-    # the visitParam functions, which read compact JSON).
-    attrs = '{"rank": 3, "node": "host-3"}' if is_modern(engine) else '{"rank":3,"node":"host-3"}'
+    # A row another writer put there: rank and node as attributes, one value.
+    attrs = '{"rank": 3, "node": "host-3"}'
     admin(engine, f"INSERT INTO {name}.megatron_metrics VALUES ({int(T0) + 9}, 'mega-1', '{STEP_METRIC}', 9, 7.5, "
                   f"'{attrs}')")
     [row] = store.samples("mega-1", 9, 9)
@@ -164,7 +142,7 @@ def test_the_monitor_names_the_straggler_of_a_megatron_layout_table(db, tmp_path
     from relax_straggler.topology import Topology
 
     engine, name = db
-    admin(engine, MEGATRON.format(db=name, attributes="JSON" if is_modern(engine) else "String"))
+    admin(engine, MEGATRON.format(db=name, attributes="JSON"))
     monitor = Monitor(MonitorConfig(engine.url(name), check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
     try:
         monitor.register("mega-job", Topology(dp=16, pp=1, ranks_per_node=4))

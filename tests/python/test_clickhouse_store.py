@@ -1,5 +1,5 @@
-"""ClickHouseStore against each engine: Debian's clickhouse-server 18.16 (tests/services/clickhouse.sh)
-and ClickHouse 26.9 (chDB behind tests/services/chdb_front.py)."""
+"""ClickHouseStore against a ClickHouse 26.9 server process (chDB behind
+tests/services/chdb_front.py; conftest.ClickHouseServer)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import httpx
 import pytest
 
-from conftest import ClickHouseServer, free_port, require_clickhouse
+from conftest import ClickHouseServer, free_port, require_chdb
 from relax_straggler.stores.clickhouse import ClickHouseStore
-from relax_straggler.stores.clickhouse_http import ClickHouseError
+from relax_straggler.stores.clickhouse_client import ClickHouseError
 from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, StoreError
 
 _databases = itertools.count()
@@ -19,9 +19,9 @@ T0 = 1_790_000_000.0  # a fixed time, s since the epoch
 
 
 @pytest.fixture
-def engine(clickhouse_engine):
-    """Each engine in turn: url(database, user), port."""
-    return clickhouse_engine
+def engine(clickhouse_server):
+    """The session's server: url(database, user), port."""
+    return clickhouse_server
 
 
 @pytest.fixture
@@ -62,14 +62,11 @@ def test_round_trip_keeps_every_field(store):
     assert store.jobs() == ["job-a"]
 
 
-@pytest.mark.parametrize("wire", ["arrow", "tsv"])
-def test_table_reads_are_the_rows_of_samples_in_their_order(engine, wire):
+def test_table_reads_are_the_rows_of_samples_in_their_order(engine):
     from relax_straggler.stores.base import SAMPLE_SCHEMA, samples_to_table, table_to_samples
 
-    s = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"), wire=wire)
+    s = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"))
     try:
-        if wire == "arrow" and not s._server().arrow:
-            pytest.skip("this server has no ArrowStream")
         rows = step_rows("job-a", range(4), ranks=3)
         s.write(rows)
         table = s.table("job-a", 1, 2)
@@ -81,7 +78,7 @@ def test_table_reads_are_the_rows_of_samples_in_their_order(engine, wire):
         assert s.table("no-such-job", 0, 9).equals(SAMPLE_SCHEMA.empty_table())
     finally:
         s.close()
-    missing = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"), wire=wire)
+    missing = ClickHouseStore(engine.url(f"test_store_{next(_databases)}"))
     try:  # no table yet: no rows
         assert missing.table("job-a", 0, 9).num_rows == 0
     finally:
@@ -159,7 +156,7 @@ def test_a_column_dropped_behind_the_store_refuses_the_write_naming_it(store, en
 
 def test_server_errors_name_the_store_and_carry_the_code(store):
     with pytest.raises(ClickHouseError, match=rf"{store.url}: code 62: .*") as info:
-        store._http.query("SELEKT 1")  # a syntax error: either text form, the header where sent
+        store._client.rows("SELEKT 1")  # a syntax error: its code from the answer's header
     assert info.value.code == 62
 
 
@@ -197,17 +194,17 @@ def test_a_read_only_user_reads_and_is_refused_writes_by_name(store, engine):
         empty.close()
 
 
-def test_restart_mid_use_raises_store_error_then_recovers(tmp_path):
-    require_clickhouse()
-    server = ClickHouseServer(tmp_path / "ch", free_port())
+def test_a_server_killed_mid_use_raises_store_error_then_loses_nothing(tmp_path):
+    require_chdb()
+    server = ClickHouseServer(tmp_path, free_port())
     server.start()
     s = ClickHouseStore(server.url("restart"), timeout_s=10.0)
     try:
         s.write(step_rows("job-a", range(0, 5), ranks=2))
-        server.stop()
+        server.kill()  # SIGKILL: no shutdown, as a crash or an OOM kill
         pending = step_rows("job-a", range(5, 10), ranks=2)
-        with pytest.raises(StoreError, match=s.url):
-            s.write(pending)
+        with pytest.raises(StoreError, match=rf"{s.url}: NewConnectionError: .*Connection refused"):
+            s.write(pending)  # refused before it was sent: never half-written
         with pytest.raises(StoreError):
             s.iterations("job-a")
         with pytest.raises(StoreError):
@@ -224,25 +221,9 @@ def test_restart_mid_use_raises_store_error_then_recovers(tmp_path):
                 time.sleep(0.2)
         assert [i.iteration for i in s.iterations("job-a")] == list(range(10))
         assert len(list(s.samples("job-a", 0, 9))) == 10 * 2 * 2
-    finally:
-        s.close()
-        server.stop()
-
-
-def test_a_restart_of_the_modern_engine_loses_nothing(chdb_server):
-    front = type(chdb_server)(chdb_server.data_dir, free_port())  # its own port, the same engine
-    front.start()
-    s = ClickHouseStore(front.url(f"test_store_{next(_databases)}"), timeout_s=10.0, retries=1, backoff_s=0.05)
-    try:
-        s.write(step_rows("job-a", range(0, 5), ranks=2))
-        front.stop()
-        pending = step_rows("job-a", range(5, 10), ranks=2)
-        with pytest.raises(StoreError, match="ConnectError"):  # refused before it was sent: never half-written
-            s.write(pending)
-        front.start()
-        s.write(pending)
-        assert [i.iteration for i in s.iterations("job-a")] == list(range(10))
+        server.stop()  # SIGTERM: an orderly restart
+        server.start()
         assert len(list(s.samples("job-a", 0, 9))) == 10 * 2 * 2
     finally:
         s.close()
-        front.stop()
+        server.stop()

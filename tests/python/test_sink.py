@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import relax_straggler
-from conftest import ClickHouseServer, free_port, require_clickhouse, wait_for
+from conftest import ClickHouseServer, free_port, require_chdb, wait_for
 from relax_straggler import StragglerConfig
 from relax_straggler.stores.clickhouse import ClickHouseStore
 from relax_straggler.reporters.store_sink import StoreSink, report_rows
@@ -132,8 +132,8 @@ def test_failures_are_buffered_bounded_counted_and_logged_rate_limited(caplog):
 
 
 def test_rows_survive_a_store_restart(tmp_path):
-    require_clickhouse()
-    server = ClickHouseServer(tmp_path / "ch", free_port())
+    require_chdb()
+    server = ClickHouseServer(tmp_path, free_port())
     server.start()
     sink = StoreSink(server.url("restart"), "survivor", flush_interval_s=0.05)
     store = ClickHouseStore(server.url("restart"))
