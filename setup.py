@@ -1,8 +1,10 @@
 """Builds relax_straggler and its two extensions.
 
-relax_straggler._core: the torch-free engine (csrc/core) with its pybind11 bindings
-(csrc/python); the offline analysis and the monitor service need nothing else, so they
-start without loading torch.
+relax_straggler._core: the torch-free engine (csrc/core) and the kernel-record statistics
+(csrc/cupti/kernel_stats.cpp) with their pybind11 bindings (csrc/python); the offline
+analysis and the monitor service need nothing else, so they start without loading torch.
+With a CUDA torch and the toolkit's CUPTI it also holds the CUPTI collector
+(csrc/cupti/cupti_collector.cpp, RS_WITH_CUPTI), linked against libcupti.
 relax_straggler._C: the LibTorch glue (csrc/torch: stage timer, timed collective backend)
 against the installed torch. A CPU torch gives a CppExtension; a torch built with CUDA adds
 the CUDA-event pool (csrc/torch/cuda_event_pool.cpp) and defines WITH_CUDA.
@@ -21,14 +23,38 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 WARNINGS = ["-O3", "-Wall", "-Wextra"]
 
 
+def _cupti() -> tuple[str, str] | None:
+    """(include dir, library dir) of the CUDA toolkit's CUPTI when torch is built with CUDA
+    and the toolkit ships CUPTI; None otherwise (a CPU build: no collector)."""
+    home = cpp_extension.CUDA_HOME
+    if torch.version.cuda is None or home is None:
+        return None
+    for include, lib in ((os.path.join(home, "include"), os.path.join(home, "lib64")),
+                         (os.path.join(home, "extras", "CUPTI", "include"), os.path.join(home, "extras", "CUPTI", "lib64"))):
+        if os.path.exists(os.path.join(include, "cupti.h")) and glob.glob(os.path.join(lib, "libcupti.so*")):
+            return include, lib
+    return None
+
+
 def _core_extension() -> Extension:
-    sources = sorted(glob.glob("csrc/core/**/*.cpp", recursive=True)) + sorted(glob.glob("csrc/python/*.cpp"))
+    sources = (sorted(glob.glob("csrc/core/**/*.cpp", recursive=True)) + ["csrc/cupti/kernel_stats.cpp"]
+               + sorted(glob.glob("csrc/python/*.cpp")))
+    include_dirs = [os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "python"), "/usr/include/eigen3"]
+    kwargs: dict = {}
+    cupti = _cupti()
+    if cupti is not None:
+        include, lib = cupti
+        sources.append("csrc/cupti/cupti_collector.cpp")
+        kwargs = dict(define_macros=[("RS_WITH_CUPTI", None)], libraries=["cupti"], library_dirs=[lib],
+                      runtime_library_dirs=[lib])
+        include_dirs.append(include)
     return Extension(
         name="relax_straggler._core",
         sources=sources,
-        include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "python"), "/usr/include/eigen3"],
+        include_dirs=include_dirs,
         language="c++",
         extra_compile_args={"cxx": ["-std=c++17", "-fvisibility=hidden", *WARNINGS, "-isystem", pybind11.get_include()]},
+        **kwargs,
     )
 
 

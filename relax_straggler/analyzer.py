@@ -33,10 +33,11 @@ from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.control import ControlChannel, ControlCommand, ControlFile, LocalControl
 from relax_straggler.stages import STAGES, stage_id
 from relax_straggler.hooks import TrainingHooks
+from relax_straggler.kernel_evidence import KernelSource, open_source
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
-from relax_straggler.report import Report, all_stages, build_report
+from relax_straggler.report import Report, all_stages, build_report, kernel_all_stages
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,8 @@ class Analyzer:
 
     def __init__(self, models: list[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
                  config: StragglerConfig, report_fn: Optional[Callable[[dict, int], None]],
-                 group: Optional[dist.ProcessGroup], comparison_group: Optional[int] = None) -> None:
+                 group: Optional[dist.ProcessGroup], comparison_group: Optional[int] = None,
+                 kernel_source: Optional[KernelSource] = None) -> None:
         C = ext()
         # The reports are judged by the engine (relax_straggler._core): a build without it
         # (one from before it existed) fails here, on every rank before any collective,
@@ -134,6 +136,10 @@ class Analyzer:
             self._gather = LocalGather()
         # Per-op records for the live what-if; none (and no per-op row) unless asked for.
         self._ops = OpRecorder(self._timer, self._gather.rank, config.max_ops) if config.max_ops else NULL_OPS
+        # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
+        self._kernels: Optional[KernelSource] = None
+        if config.kernel_stats:
+            self._kernels = kernel_source if kernel_source is not None else open_source()
 
         self._control: Union[ControlChannel, LocalControl, None] = None
         if config.control_file:
@@ -189,7 +195,7 @@ class Analyzer:
         self._hooks = TrainingHooks(self._timer, models, optimizer, self.step, time_grad_sync)
         self._module_hooks = (ModuleStageHooks(self._timer, models, patterns=config.module_patterns())
                               if config.enable_module_stages else None)
-        self._timer.begin_step(self._step)
+        self._begin_step(self._step)
 
     # public API ------------------------------------------------------------------------
     def section(self, name: str) -> ContextManager[Any]:
@@ -214,9 +220,10 @@ class Analyzer:
         when install() was given optimizer=None."""
         with self._lock:
             sample = self._timer.end_step()
+            kernel = self._kernel_fields(sample.step) if sample.sampled else None
             if sample.sampled:
                 try:
-                    self._publish(sample)
+                    self._publish(sample, kernel)
                 except Exception:
                     self._publish_failures += 1
                     if self._publish_failures == 1:  # the rest are summarised at uninstall
@@ -228,7 +235,7 @@ class Analyzer:
             self._tokens = math.nan
             if self._collectives is not None:
                 self._collectives.poll()  # groups created during the step
-            self._timer.begin_step(-1 if self._paused else self._step)  # step -1 is never sampled
+            self._begin_step(-1 if self._paused else self._step)  # step -1 is never sampled
 
     def summary(self) -> Optional[RunSummary]:
         """The run summary (metrics rank only; None elsewhere)."""
@@ -281,6 +288,8 @@ class Analyzer:
             if self._module_hooks is not None:
                 self._module_hooks.remove()
             self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
+            if self._kernels is not None:
+                self._call_kernels(lambda source: source.close())
             # The sinks get the bound less a reserve for the side group and the closables.
             reserve = min(1.0, timeout_s / 5)
             if self._pipeline is not None:
@@ -320,9 +329,32 @@ class Analyzer:
         except (RuntimeError, ValueError) as exc:  # e.g. the default group already destroyed
             log.warning("relax_straggler: the side group could not be released cleanly: %s", reason(exc))
 
-    def _publish(self, sample: Any) -> None:
+    def _begin_step(self, step: int) -> None:
+        if self._timer.begin_step(step) and self._kernels is not None:
+            self._call_kernels(lambda source: source.begin_step(step))
+
+    def _kernel_fields(self, step: int) -> Any:
+        """The kernel fields of the sampled step that just ended, or None (not measured)."""
+        if self._kernels is None:
+            return None
+        evidence = self._call_kernels(lambda source: source.end_step(step))
+        return None if evidence is None else evidence.fields()
+
+    def _call_kernels(self, call: Callable[[KernelSource], Any]) -> Any:
+        """call(source); a failing source is logged once and dropped: training continues on events only."""
+        try:
+            return call(self._kernels)
+        except Exception:
+            log.warning("relax_straggler: the kernel-record source %s failed; stage times come from events only "
+                        "from now on", getattr(self._kernels, "name", "?"), exc_info=True)
+            source, self._kernels = self._kernels, None
+            with contextlib.suppress(Exception):
+                source.close()
+            return None
+
+    def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
-                              self._hooks.forward_passes)
+                              self._hooks.forward_passes, kernel)
         pending = self._gather.gather(row, self._ops.take_row(sample.step))
         if pending is not None and self._pipeline is not None:
             self._pipeline.submit(pending, sample.step)
@@ -353,8 +385,9 @@ class Analyzer:
         wanted = ConfirmConfig.from_config(config)
         if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
+        kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
         verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
-                                       groups=report.groups)
+                                       groups=report.groups, kernel=kernel)
         report.metrics.update(verdict.metrics())
         if verdict.window is not None:
             report.metrics.update(verdict.window.metrics())
@@ -396,8 +429,8 @@ _ACTIVE: list[Analyzer] = []  # installed analyzers, newest last (the module-lev
 
 def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
             config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
-            group: Optional[dist.ProcessGroup] = None,
-            comparison_group: Optional[int] = None) -> Union[Analyzer, NullAnalyzer]:
+            group: Optional[dist.ProcessGroup] = None, comparison_group: Optional[int] = None,
+            kernel_source: Optional[KernelSource] = None) -> Union[Analyzer, NullAnalyzer]:
     """Attaches straggler analysis to a training loop.
 
     model: a module or a list of model chunks (virtual pipeline), or None for manual
@@ -412,13 +445,18 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     do different work by design, for example its pipeline-parallel rank: ranks are then
     judged only against their own group and the spread between groups is reported as
     structural imbalance (straggler/{stage}/imbalance_ratio). Give it on every rank or
-    on none.
-    Raises ValueError for a bad config or comparison_group, TypeError for an optimizer
+    on none. kernel_source: where --straggler-kernel-stats (config.kernel_stats) gets kernel
+    records (relax_straggler.kernel_evidence; e.g. a SyntheticKernelSource); default: what
+    the build can run, none (one warning) where it has no CUPTI.
+    Raises ValueError for a bad config or comparison_group, or a kernel_source without
+    config.kernel_stats, TypeError for an optimizer
     without step hooks, ImportError (with build instructions) when an extension is not
     built.
     A second analyzer installed while one is active is allowed (with a warning).
     """
     config = config if config is not None else StragglerConfig(enabled=True)
+    if kernel_source is not None and not config.kernel_stats:
+        raise ValueError("install: kernel_source is given but config.kernel_stats (--straggler-kernel-stats) is off")
     if not config.enabled:
         return NullAnalyzer()
     if _ACTIVE:
@@ -432,7 +470,7 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     if comparison_group is not None and (isinstance(comparison_group, bool) or not isinstance(comparison_group, int)
                                          or not 0 <= comparison_group < 2**31):
         raise ValueError(f"comparison_group must be an integer in [0, 2**31) or None, got {comparison_group!r}")
-    analyzer = Analyzer(models, optimizer, config, report_fn, group, comparison_group)
+    analyzer = Analyzer(models, optimizer, config, report_fn, group, comparison_group, kernel_source)
     _ACTIVE.append(analyzer)
     return analyzer
 

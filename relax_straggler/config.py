@@ -64,6 +64,11 @@ class StragglerConfig:
               "(16 float64 each): default 256 under the Megatron adapter, which records its microbatch ops, else "
               "0 (none; the row stays the stage row).")
     device_events: str = flag_field("auto", "auto, cuda or cpu timing events.")  # auto: CUDA events when CUDA is in use
+    kernel_stats: bool = flag_field(
+        False, "On sampled steps, also collect kernel records (CUPTI) and tell per stage the time kernels ran, the "
+               "time the stream sat idle and the NCCL kernels' time (straggler/{stage}/kernel_ms, idle_ms); the "
+               "confirmed verdict's cause then reads device, host or communication_link. Needs a CUDA build with "
+               "CUPTI: elsewhere one warning, and stage times from events only.", action="store_true")
     collective_timing: bool = flag_field(
         True, "Do not wrap process-group backends (collectives are then not timed one by one).",
         name="no-collective-timing", action="store_false")

@@ -26,8 +26,14 @@ States: ``healthy``, ``suspected`` (slow in the latest report(s)), ``straggler``
 learned noise, or named by the window ensemble with a mean ratio that agrees),
 ``recovered``, ``imbalance`` (a whole group slower: structural), ``insufficient_evidence``
 (nothing judgeable yet, or every rank alone in its group). Facts (measured) and cause
-(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``) are
-separate fields. Not thread-safe: call update from one thread.
+(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``, and
+from kernel records ``device`` or ``host``) are separate fields. Given kernel records
+(``update(..., kernel=)``, --straggler-kernel-stats), a ``compute`` cause is refined by the
+engine's rule (csrc/core/confirm/kernel_cause.h): ``device`` (its kernels ran longer than
+its group's), ``host`` (its stream sat idle longer) or ``communication_link`` (its NCCL
+kernels ran longer while its peers' compute was normal); it stays ``compute`` where the
+records do not tell (not measured, or no field dominates), and the measured kernel times go
+to ``facts.kernel``. Not thread-safe: call update from one thread.
 """
 
 from __future__ import annotations
@@ -41,12 +47,13 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
+from relax_straggler.payload import KernelMatrix
 from relax_straggler.stages import WORKLOAD_STAGES
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
-CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown")
+CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host")
 
 # The engine's fields, in ConfirmConfig order.
 _ENGINE_FIELDS = ("relative_threshold", "absolute_ms_threshold", "min_impact", "noise_sigmas", "confirm_reports", "recover_reports",
@@ -120,6 +127,21 @@ class ConfirmConfig:
 
 
 @dataclass(frozen=True)
+class KernelFacts:
+    """What the kernel records measured in the finding's stage, latest report, ms (per token
+    with a workload); NaN = not measured. The reference is, per field, the median over the
+    other ranks of the group that measured it."""
+
+    kernel_ms: float  # compute (non-NCCL) kernels running
+    idle_ms: float  # nothing running on the section's stream
+    nccl_ms: float  # NCCL kernels running
+    ref_kernel_ms: float
+    ref_idle_ms: float
+    ref_nccl_ms: float
+    peers: int  # other ranks of the group with every field measured
+
+
+@dataclass(frozen=True)
 class Facts:
     """Measured or counted, never inferred. Times in ms (per token with a workload)."""
 
@@ -133,6 +155,7 @@ class Facts:
     reports_agreeing: int
     reports_seen: int
     window_votes: int  # the window ensemble's votes, 0 when it did not name the rank
+    kernel: Optional[KernelFacts] = None  # kernel records of the stage, when given to update()
 
 
 @dataclass(frozen=True)
@@ -225,12 +248,19 @@ class ConfirmedVerdict:
                                           rank_to_node=rank_to_node)
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
-               workload: Optional[Sequence[float]] = None) -> VerdictResult:
-        """Judges one report. Raises ValueError naming the malformed input."""
+               workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None) -> VerdictResult:
+        """Judges one report. kernel: the report's kernel records in the cells of `ms` (ms,
+        NaN = not measured; with a workload, per token as ms is) or None. Raises ValueError
+        naming the malformed input."""
         ms = np.ascontiguousarray(ms, dtype=np.float64)
         stages = tuple(stages)
         if ms.ndim != 2 or ms.shape[1] != len(stages):
             raise ValueError(f"step {step}: ms has shape {ms.shape} for {len(stages)} stages")
+        if kernel is not None:
+            for name in ("kernel_ms", "idle_ms", "nccl_ms"):
+                if np.shape(getattr(kernel, name)) != ms.shape:
+                    raise ValueError(f"step {step}: kernel.{name} has shape {np.shape(getattr(kernel, name))}, "
+                                     f"ms has {ms.shape}")
         # Plain lists of Python numbers, converted in C (a comprehension over numpy scalars
         # cost more than the tracker itself at 1,024 ranks).
         group_list = None if groups is None else np.asarray(groups, dtype=np.int64).tolist()
@@ -247,8 +277,10 @@ class ConfirmedVerdict:
                                                         for a in window_result.anomalies],
                                             list(window_result.link_suspects))
         r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
-        return VerdictResult(step=r.step, status=C.state_name(r.status),
-                             findings=tuple(_finding(f) for f in r.findings),
+        findings = tuple(_finding(f) for f in r.findings)
+        if kernel is not None:
+            findings = tuple(_with_kernel_cause(f, kernel, stages, group_list) for f in findings)
+        return VerdictResult(step=r.step, status=C.state_name(r.status), findings=findings,
                              unjudged_ranks=tuple(r.unjudged_ranks), reports=r.reports, reset=r.reset,
                              window=window_result)
 
@@ -267,6 +299,27 @@ def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float])
     if workload.shape != (ms.shape[0],) or not np.all(np.isfinite(workload) & (workload > 0)):
         raise ValueError(f"workload must hold one finite value > 0 per rank ({ms.shape[0]})")
     return normalize_workload(ms, stages, workload)
+
+
+def _with_kernel_cause(f: Finding, kernel: KernelMatrix, stages: tuple[str, ...],
+                       groups: Optional[list[int]]) -> Finding:
+    """`f` with its kernel facts and, for a compute cause, the cause the kernel records
+    support (csrc/core/confirm/kernel_cause.h); imbalance findings (rank -1) unchanged."""
+    if f.rank < 0:
+        return f
+    K = core().kernels
+    j = stages.index(f.stage)
+    rows = range(kernel.kernel_ms.shape[0]) if groups is None else [i for i, g in enumerate(groups) if g == f.group]
+    rows = list(rows)
+    times = [K.KernelTimes(float(kernel.kernel_ms[i, j]), float(kernel.idle_ms[i, j]), float(kernel.nccl_ms[i, j]))
+             for i in rows]
+    r = K.kernel_cause(times, rows.index(f.rank))
+    facts = dataclasses.replace(f.facts, kernel=KernelFacts(
+        kernel_ms=r.rank.kernel_ms, idle_ms=r.rank.idle_ms, nccl_ms=r.rank.nccl_ms,
+        ref_kernel_ms=r.reference.kernel_ms, ref_idle_ms=r.reference.idle_ms, ref_nccl_ms=r.reference.nccl_ms,
+        peers=r.peers))
+    cause = r.cause if f.cause == "compute" and r.cause != "unknown" else f.cause
+    return dataclasses.replace(f, facts=facts, cause=cause)
 
 
 def _finding(f: Any) -> Finding:

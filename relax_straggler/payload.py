@@ -5,8 +5,10 @@ One float64 row per rank:
   (device_ms, host_ms, waited_ms, calls) for every stage in STAGES order
   comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
   spanning every analyzed rank, in issue order (late-arrival evidence)
+  (kernel_ms, idle_ms, nccl_ms) for every stage in STAGES order: what the kernel records of
+  the stage's sections say (--straggler-kernel-stats, relax_straggler.kernel_evidence)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
-group given, forward passes not counted). forward_passes: the rank's training forward
+group given, forward passes not counted, no kernel records). forward_passes: the rank's training forward
 passes so far (a step-drift check: relax_straggler.report.drifted_ranks). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
 
@@ -26,9 +28,13 @@ from relax_straggler.stages import STAGES
 HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes")
 FIELDS = ("device_ms", "host_ms", "waited_ms", "calls")
 MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
+# Per stage, from kernel records: compute (non-NCCL) kernels running, nothing running on the
+# section's stream, NCCL kernels running; ms (csrc/cupti/kernel_stats.h).
+KERNEL_FIELDS = ("kernel_ms", "idle_ms", "nccl_ms")
 _H = len(HEADER)
 _BODY = len(FIELDS) * len(STAGES)
-ROW_LEN = _H + _BODY + MAX_COMPARABLE
+_KERNEL_AT = _H + _BODY + MAX_COMPARABLE
+ROW_LEN = _KERNEL_AT + len(KERNEL_FIELDS) * len(STAGES)
 
 
 class PendingRows(Protocol):
@@ -44,10 +50,12 @@ class PendingRows(Protocol):
 
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
          waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
-         group: Optional[int] = None, forward_passes: float = np.nan) -> np.ndarray:
+         group: Optional[int] = None, forward_passes: float = np.nan,
+         kernel: Optional[np.ndarray] = None) -> np.ndarray:
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
-    forward passes so far, NaN when not counted."""
+    forward passes so far, NaN when not counted; kernel: (len(STAGES), len(KERNEL_FIELDS))
+    ms from kernel records, None = not measured. Raises ValueError on a wrong kernel shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
     row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes)
@@ -57,7 +65,35 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
     body[:, 2] = waited_ms
     body[:, 3] = calls
     row[_H + _BODY:_H + _BODY + len(comparable)] = comparable
+    if kernel is not None:
+        kernel = np.asarray(kernel, dtype=np.float64)
+        if kernel.shape != (len(STAGES), len(KERNEL_FIELDS)):
+            raise ValueError(f"pack: kernel must have shape ({len(STAGES)}, {len(KERNEL_FIELDS)}), got {kernel.shape}")
+        row[_KERNEL_AT:] = kernel.ravel()
     return row
+
+
+@dataclass(frozen=True)
+class KernelMatrix:
+    """Kernel evidence of ranks x stages (KERNEL_FIELDS), ms, NaN = not measured."""
+
+    kernel_ms: np.ndarray
+    idle_ms: np.ndarray
+    nccl_ms: np.ndarray
+
+    def select(self, rows: np.ndarray, columns: np.ndarray) -> "KernelMatrix":
+        """The cells of boolean or index `columns`, NaN in the rows where `rows` (bool, ranks) is False."""
+        def pick(a: np.ndarray) -> np.ndarray:
+            out = a[:, columns].copy()
+            out[~rows, :] = np.nan
+            return out
+
+        return KernelMatrix(pick(self.kernel_ms), pick(self.idle_ms), pick(self.nccl_ms))
+
+    def measured(self) -> bool:
+        """Whether some cell holds a measured time."""
+        return bool(np.isfinite(self.kernel_ms).any() or np.isfinite(self.idle_ms).any()
+                    or np.isfinite(self.nccl_ms).any())
 
 
 @dataclass(frozen=True)
@@ -77,6 +113,7 @@ class Gathered:
     comparable_ms: np.ndarray
     groups: np.ndarray
     forward_passes: np.ndarray
+    kernel: Optional[KernelMatrix] = None
 
     @property
     def num_ranks(self) -> int:
@@ -89,6 +126,7 @@ def unpack(rows: np.ndarray) -> Gathered:
     if rows.ndim != 2 or rows.shape[1] != ROW_LEN:
         raise ValueError(f"payload rows must have shape (ranks, {ROW_LEN}), got {rows.shape}")
     body = rows[:, _H:_H + _BODY].reshape(rows.shape[0], len(STAGES), len(FIELDS))
+    kernel = rows[:, _KERNEL_AT:].reshape(rows.shape[0], len(STAGES), len(KERNEL_FIELDS))
     return Gathered(
         steps=rows[:, 0].copy(),
         tokens=rows[:, 1].copy(),
@@ -97,15 +135,16 @@ def unpack(rows: np.ndarray) -> Gathered:
         waited_ms=body[:, :, 2].copy(),
         calls=body[:, :, 3].copy(),
         comparable_count=rows[:, 3].astype(np.int64),
-        comparable_ms=rows[:, _H + _BODY:].copy(),
+        comparable_ms=rows[:, _H + _BODY:_KERNEL_AT].copy(),
         groups=np.nan_to_num(rows[:, HEADER.index("group")], nan=-1.0).astype(np.int64),
         forward_passes=rows[:, HEADER.index("forward_passes")].copy(),
+        kernel=KernelMatrix(kernel[:, :, 0].copy(), kernel[:, :, 1].copy(), kernel[:, :, 2].copy()),
     )
 
 
 def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
-                    forward_passes: float = np.nan) -> np.ndarray:
-    """Packs a StageTimer StepSample (group, forward_passes: as in pack). When the collective layer timed collectives, the
+                    forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None) -> np.ndarray:
+    """Packs a StageTimer StepSample (group, forward_passes, kernel: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
     collective in flight and `communication/<op>` the summed durations per op."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
@@ -124,7 +163,8 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             device[sid] = host[sid] = ms
             waited[sid] = 0.0
             calls[sid] = n
-    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes)
+    return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,
+                kernel)
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on

@@ -20,6 +20,13 @@ Metric names (RFC #334, all under ``straggler/``; these never change meaning):
   communication/wait_ms        mean over ranks of the time each waited for the last arriver
   communication/late_arrivals  collectives in which blamed_rank arrived last
   communication/collectives    collectives compared across ranks this step
+  {stage}/kernel_ms       with --straggler-kernel-stats: the top rank's time with compute
+                          (non-NCCL) kernels running in the stage's sections, ms (per
+                          token like the stage time where workloads were given); NaN when
+                          its kernel records were not measured
+  {stage}/idle_ms         ... the top rank's time with nothing running on the sections'
+                          stream (launch gaps, host stalls), ms
+  {stage}/nccl_ms         ... the top rank's time with NCCL kernels running, ms
   likely_bottleneck       stage name, or "none"
   hints                   one readable line
   num_stragglers          distinct ranks flagged in any stage
@@ -37,7 +44,7 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
-from relax_straggler.payload import Gathered
+from relax_straggler.payload import Gathered, KernelMatrix
 from relax_straggler.stages import STAGES, is_communication
 from relax_straggler.workload import normalize_workload
 
@@ -64,6 +71,7 @@ class Report:
     comm_wait_ms: Optional[np.ndarray] = None  # (ranks,) time each waited for late arrivals
     groups: Optional[np.ndarray] = None  # (ranks,) comparison group ids when ranks were judged within groups
     verdict: Optional["VerdictResult"] = None  # the confirmed verdict after this report (live analyzer)
+    kernel: Optional[KernelMatrix] = None  # (ranks, len(stages)) with --straggler-kernel-stats, judged like device_ms
 
     @property
     def num_ranks(self) -> int:
@@ -77,6 +85,12 @@ def all_stages(ms: np.ndarray, stages: tuple[str, ...]) -> np.ndarray:
     out = np.full((ms.shape[0], len(STAGES)), np.nan)
     out[:, [STAGES.index(s) for s in stages]] = ms
     return out
+
+
+def kernel_all_stages(kernel: KernelMatrix, stages: tuple[str, ...]) -> KernelMatrix:
+    """`kernel` (ranks, len(stages)) in the columns of all STAGES, as all_stages does for times."""
+    return KernelMatrix(all_stages(kernel.kernel_ms, stages), all_stages(kernel.idle_ms, stages),
+                        all_stages(kernel.nccl_ms, stages))
 
 
 def verdict_config(config: StragglerConfig):
@@ -190,12 +204,18 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     ran = ~np.all(np.isnan(device_ms), axis=0)
     stages = tuple(s for s, keep in zip(STAGES, ran) if keep)
     device_ms = device_ms[:, ran]
+    # The kernel fields of the rows judged, in the same columns (NaN where not measured).
+    kernel = (gathered.kernel.select(~(mismatched | drifted), ran)
+              if config.kernel_stats and gathered.kernel is not None else None)
 
     tokens = gathered.tokens
     judged = device_ms
     tokens_given = bool(np.all(np.isfinite(tokens) & (tokens > 0)))
     if tokens_given:
         judged = normalize_workload(device_ms, stages, tokens)
+        if kernel is not None:  # compared as the stage times are: per token
+            kernel = KernelMatrix(*(normalize_workload(a, stages, tokens)
+                                    for a in (kernel.kernel_ms, kernel.idle_ms, kernel.nccl_ms)))
     elif np.any(np.isfinite(tokens)):
         log.warning("relax_straggler: step %d: only some ranks set a workload; comparing raw times", step)
 
@@ -220,6 +240,11 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         metrics[p + "num_stragglers"] = len(sv.stragglers)
         if groups is not None:
             metrics[p + "imbalance_ratio"] = sv.imbalance_ratio
+        if kernel is not None:
+            top = sv.top_rank if 0 <= sv.top_rank < judged.shape[0] else None
+            for name, values in (("kernel_ms", kernel.kernel_ms), ("idle_ms", kernel.idle_ms),
+                                 ("nccl_ms", kernel.nccl_ms)):
+                metrics[p + name] = math.nan if top is None else float(values[top, j])
     metrics["straggler/likely_bottleneck"] = bottleneck or "none"
     metrics["straggler/hints"] = verdict.hints
     metrics["straggler/num_stragglers"] = verdict.num_stragglers
@@ -251,4 +276,5 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         metrics=metrics,
         comm_wait_ms=None if late is None else late.wait_ms,
         groups=groups,
+        kernel=kernel,
     )

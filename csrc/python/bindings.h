@@ -27,5 +27,6 @@ void bind_attribute(pybind11::module_& m);  // offline attribution: RunAttributo
 void bind_ingest(pybind11::module_& m);     // input scanners: TimerLogScanner (csrc/core/ingest)
 void bind_confirm(pybind11::module_& m);    // confirmed verdict across reports (submodule confirm)
 void bind_whatif(pybind11::module_& m);     // what-if slowdown simulator (submodule whatif, csrc/core/whatif)
+void bind_kernel_stats(pybind11::module_& m);  // kernel records and their cause (submodule kernels, csrc/cupti)
 
 }  // namespace relax_straggler::python

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_core, m) {
   relax_straggler::python::bind_ingest(m);
   relax_straggler::python::bind_confirm(m);
   relax_straggler::python::bind_whatif(m);
+  relax_straggler::python::bind_kernel_stats(m);
 }

@@ -23,6 +23,8 @@ const char* cause_name(Cause c) {
     case Cause::kData: return "data";
     case Cause::kImbalance: return "imbalance";
     case Cause::kUnknown: return "unknown";
+    case Cause::kDevice: return "device";
+    case Cause::kHost: return "host";
   }
   return "unknown";
 }

@@ -23,11 +23,14 @@ enum class Cause : std::uint8_t {
   kData = 2,     // slow in input data loading
   kImbalance = 3,
   kUnknown = 4,  // late at collectives with no slow timed section of its own
+  // From kernel records (kernel_cause.h); kLink too when the NCCL kernels are longer.
+  kDevice = 5,  // its kernels ran longer than its peers'
+  kHost = 6,    // its stream sat idle longer than its peers' (launch gaps, host stalls)
 };
 
 // "healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence".
 const char* state_name(State s);
-// "compute", "communication_link", "data", "imbalance", "unknown".
+// "compute", "communication_link", "data", "imbalance", "unknown", "device", "host".
 const char* cause_name(Cause c);
 
 // The window ensemble's latest answer (detect::WindowResult, reduced to what the tracker
