@@ -9,6 +9,14 @@ namespace relax_straggler::core {
 using V4 = double __attribute__((vector_size(32)));
 using M4 = long long __attribute__((vector_size(32)));
 
+// A zero the optimizer cannot see through (an empty asm on a register): OR-ed into a
+// vector it makes a copy the compiler treats as a different value.
+inline __attribute__((always_inline)) long long opaque_zero() {
+  long long z = 0;
+  asm("" : "+r"(z));
+  return z;
+}
+
 }  // namespace relax_straggler::core
 
 #if defined(__x86_64__) && defined(__ELF__)

@@ -1,5 +1,5 @@
 // The confirmed verdict's group references: every stage at once (references_of_rows, a
-// bitonic network over the rows) must equal the per-stage selection (reference_of) on the
+// sorting network over the rows) must equal the per-stage selection (reference_of) on the
 // same times, bit for bit.
 #include <gtest/gtest.h>
 
@@ -25,10 +25,10 @@ void expect_same(double a, double b, const char* what, std::size_t s) {
   }
 }
 
-// Times of `ranks` rows x S stages: log-normal around 10 ms, some ties, some NaN cells,
-// one stage run by nobody and one negative-free zero-spread stage.
-std::vector<double> matrix(std::size_t ranks, std::size_t S, std::mt19937_64& rng) {
-  std::normal_distribution<double> noise(0.0, 0.05);
+// Times of `ranks` rows x S stages: log-normal around 10 ms (sigma `spread`), some ties,
+// some NaN cells, one stage run by nobody and one negative-free zero-spread stage.
+std::vector<double> matrix(std::size_t ranks, std::size_t S, std::mt19937_64& rng, double spread = 0.05) {
+  std::normal_distribution<double> noise(0.0, spread);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<double> ms(ranks * S);
   for (std::size_t r = 0; r < ranks; ++r) {
@@ -44,45 +44,66 @@ std::vector<double> matrix(std::size_t ranks, std::size_t S, std::mt19937_64& rn
   return ms;
 }
 
+// Every stage of rows[0, take) of ms (ranks x S) against reference_of, field by field.
+void expect_per_stage(const std::vector<double>& ms, std::size_t S, const std::vector<std::int32_t>& rows, bool exact) {
+  std::vector<rc::GroupReference> got(S);
+  rc::references_of_rows(ms.data(), S, rows.data(), rows.size(), exact, got.data());
+  std::vector<double> values;
+  for (std::size_t s = 0; s < S; ++s) {
+    values.clear();
+    for (std::int32_t r : rows) {
+      const double t = ms[static_cast<std::size_t>(r) * S + s];
+      if (!std::isnan(t)) values.push_back(t);
+    }
+    const rc::GroupReference want = rc::reference_of(values, exact);
+    EXPECT_EQ(got[s].count, want.count) << "stage " << s;
+    expect_same(got[s].median, want.median, "median", s);
+    expect_same(got[s].above, want.above, "above", s);
+    expect_same(got[s].below, want.below, "below", s);
+    expect_same(got[s].at, want.at, "at", s);
+    expect_same(got[s].mad, want.mad, "mad", s);
+  }
+}
+
 }  // namespace
 
 TEST(ConfirmReference, EveryStageAtOnceEqualsThePerStageSelection) {
   std::mt19937_64 rng(7);
-  std::vector<double> scratch, values;
   for (std::size_t S : {3, 4, 5, 16, 17}) {
     for (std::size_t take = 1; take <= rc::kColumnSortRows; ++take) {
       for (bool exact : {true, false}) {
         const std::vector<double> ms = matrix(2 * take, S, rng);
         std::vector<std::int32_t> rows;
         for (std::size_t i = 0; i < take; ++i) rows.push_back(static_cast<std::int32_t>(2 * i + 1));  // every other row
-        std::vector<rc::GroupReference> got(S);
-        rc::references_of_rows(ms.data(), S, rows.data(), take, exact, got.data(), scratch);
-        for (std::size_t s = 0; s < S; ++s) {
-          values.clear();
-          for (std::int32_t r : rows) {
-            const double t = ms[static_cast<std::size_t>(r) * S + s];
-            if (!std::isnan(t)) values.push_back(t);
-          }
-          const rc::GroupReference want = rc::reference_of(values, exact);
-          SCOPED_TRACE("S=" + std::to_string(S) + " take=" + std::to_string(take) + " exact=" + std::to_string(exact));
-          EXPECT_EQ(got[s].count, want.count) << "stage " << s;
-          expect_same(got[s].median, want.median, "median", s);
-          expect_same(got[s].above, want.above, "above", s);
-          expect_same(got[s].below, want.below, "below", s);
-          expect_same(got[s].at, want.at, "at", s);
-          expect_same(got[s].mad, want.mad, "mad", s);
-        }
+        SCOPED_TRACE("S=" + std::to_string(S) + " take=" + std::to_string(take) + " exact=" + std::to_string(exact));
+        expect_per_stage(ms, S, rows, exact);
       }
     }
+  }
+}
+
+// The spread is read from the sorted times (their deviations fall, then rise): also where
+// times lie orders of magnitude apart (the subtraction from 1 rounds) or are zero.
+TEST(ConfirmReference, TheSpreadOfTimesOrdersOfMagnitudeApartEqualsThePerStageSelection) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (std::size_t take = 2; take <= rc::kColumnSortRows; ++take) {
+    std::vector<double> ms = matrix(take, 9, rng, 3.0);
+    for (double& t : ms) {
+      if (u(rng) < 0.05) t = 0.0;
+    }
+    std::vector<std::int32_t> rows;
+    for (std::size_t i = 0; i < take; ++i) rows.push_back(static_cast<std::int32_t>(i));
+    SCOPED_TRACE("take=" + std::to_string(take));
+    expect_per_stage(ms, 9, rows, true);
   }
 }
 
 TEST(ConfirmReference, AStageNobodyRanHasNoReference) {
   const std::vector<double> ms = {kNaN, 5.0, kNaN, 7.0};  // 2 ranks x 2 stages
   const std::int32_t rows[] = {0, 1};
-  std::vector<double> scratch;
   rc::GroupReference out[2];
-  rc::references_of_rows(ms.data(), 2, rows, 2, true, out, scratch);
+  rc::references_of_rows(ms.data(), 2, rows, 2, true, out);
   EXPECT_EQ(out[0].count, 0);
   EXPECT_TRUE(std::isnan(out[0].median) && std::isnan(out[0].mad));
   EXPECT_EQ(out[1].count, 2);

@@ -48,29 +48,141 @@ void set_medians(GroupReference& g, double lower, double upper, double next, std
   if (!exact) g.above = g.below = g.at = g.median;
 }
 
-// Sorts each of the `lanes` columns of x (n rows of `lanes` doubles, lanes a multiple of
-// 4, n a power of two) ascending with a bitonic network (Batcher 1968): n / 4 x log n x
-// (log n + 1) compare-exchanges of whole rows, four columns per vector operation, no
-// branch on the data (inf pads sort last).
-RS_AVX2_CLONE
-void sort_columns(double* x, std::size_t n, std::size_t lanes) {
-  for (std::size_t k = 2; k <= n; k <<= 1) {
-    for (std::size_t j = k >> 1; j > 0; j >>= 1) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::size_t l = i ^ j;
-        if (l <= i) continue;
-        double* lo = x + ((i & k) == 0 ? i : l) * lanes;
-        double* hi = x + ((i & k) == 0 ? l : i) * lanes;
-        for (std::size_t t = 0; t < lanes; t += 4) {
-          V4 a, b;
-          std::memcpy(&a, lo + t, sizeof a);
-          std::memcpy(&b, hi + t, sizeof b);
-          const V4 mn = a < b ? a : b, mx = a < b ? b : a;
-          std::memcpy(lo + t, &mn, sizeof mn);
-          std::memcpy(hi + t, &mx, sizeof mx);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Orders two vectors lane by lane: a gets the smaller of each pair, b the larger, as a
+// permutation of the pair (an equal pair stays as it was). zero: opaque_zero() in every
+// lane; b | zero keeps the compiler from sharing one compare between the two selections
+// (a compare and two blends) so that each is one vminpd / vmaxpd.
+inline __attribute__((always_inline)) void order(V4& a, V4& b, const M4& zero) {
+  const V4 b_again = reinterpret_cast<V4>(reinterpret_cast<M4>(b) | zero);
+  const V4 lo = a < b ? a : b;
+  b = b_again > a ? b_again : a;
+  a = lo;
+}
+
+// Compare-exchanges (lower row, upper row) of two networks over N rows (N a power of two),
+// in order, passed to f. The sort: Batcher's odd-even merge sort (1968), 19, 63 and 191
+// compare-exchanges for 8, 16 and 32 rows (a bitonic sort takes 24, 80 and 240). The
+// merge: the bitonic merge, which sorts a sequence that falls and then rises (N / 2 log N).
+template <std::size_t N, class F>
+constexpr void odd_even_merge_sort(F&& f) {
+  for (std::size_t p = 1; p < N; p <<= 1) {
+    for (std::size_t k = p; k >= 1; k >>= 1) {
+      for (std::size_t j = k % p; j + k < N; j += 2 * k) {
+        for (std::size_t i = 0; i < k && i + j + k < N; ++i) {
+          if ((i + j) / (2 * p) == (i + j + k) / (2 * p)) f(i + j, i + j + k);
         }
       }
     }
+  }
+}
+
+template <std::size_t N, class F>
+constexpr void bitonic_merge(F&& f) {
+  for (std::size_t j = N / 2; j > 0; j >>= 1) {
+    for (std::size_t i = 0; i < N; ++i) {
+      if ((i & j) == 0) f(i, i | j);
+    }
+  }
+}
+
+// A network as constant tables: the unrolled code indexes v by constants, with no index
+// arithmetic or branch per compare-exchange.
+template <std::size_t N, bool kMerge>
+struct Network {
+  template <class F>
+  static constexpr void visit(F&& f) {
+    if constexpr (kMerge) {
+      bitonic_merge<N>(f);
+    } else {
+      odd_even_merge_sort<N>(f);
+    }
+  }
+  static constexpr std::size_t size() {
+    std::size_t n = 0;
+    visit([&n](std::size_t, std::size_t) { ++n; });
+    return n;
+  }
+  std::size_t lo[size()] = {}, hi[size()] = {};
+  constexpr Network() {
+    std::size_t n = 0;
+    visit([this, &n](std::size_t a, std::size_t b) {
+      lo[n] = a;
+      hi[n] = b;
+      ++n;
+    });
+  }
+};
+
+// Sorts v[0, N) ascending lane by lane (kMerge: v falls and then rises in every lane), no
+// branch on the data (+inf pads sort last).
+template <std::size_t N, bool kMerge>
+inline __attribute__((always_inline)) void sort(V4* v, const M4& zero) {
+  static constexpr Network<N, kMerge> kNetwork;
+  constexpr std::size_t kSize = Network<N, kMerge>::size();
+#pragma GCC unroll 256
+  for (std::size_t c = 0; c < kSize; ++c) order(v[kNetwork.lo[c]], v[kNetwork.hi[c]], zero);
+}
+
+// references_of_rows for the stages s0 .. s0 + 3 below S, N >= take the network size: each
+// stage one lane of a vector, so every row's times are loaded straight from the matrix (no
+// stage-minor copy) and the four columns sorted together.
+template <std::size_t N>
+RS_AVX2_CLONE void references_of_lanes(const double* ms, std::size_t S, std::size_t s0, const std::int32_t* rows,
+                                       std::size_t take, bool exact, GroupReference* out) {
+  const std::size_t width = std::min<std::size_t>(4, S - s0);
+  const V4 inf = {kInf, kInf, kInf, kInf};
+  V4 v[N];
+  M4 finite = {0, 0, 0, 0};  // minus the count of finite times per lane
+  for (std::size_t i = 0; i < N; ++i) {
+    V4 t = inf;
+    if (i < take) {
+      const double* row = ms + static_cast<std::size_t>(rows[i]) * S + s0;
+      if (width == 4) {
+        std::memcpy(&t, row, sizeof t);
+      } else {
+        for (std::size_t l = 0; l < width; ++l) t[l] = row[l];
+      }
+      const M4 ok = t == t;  // NaN (not run) sorts last, as a pad
+      finite += ok;
+      t = ok ? t : inf;
+    }
+    v[i] = t;
+  }
+  const long long z = opaque_zero();
+  const M4 zero = {z, z, z, z};
+  sort<N, false>(v, zero);
+  V4 median = {1.0, 1.0, 1.0, 1.0};  // lanes without a spread divide by 1 (read nowhere)
+  std::size_t count[4];
+  for (std::size_t l = 0; l < width; ++l) {
+    GroupReference& g = out[s0 + l];
+    g = GroupReference{};
+    const auto c = static_cast<std::size_t>(-finite[l]);
+    count[l] = c;
+    g.count = static_cast<std::int32_t>(c);
+    if (c == 0) continue;
+    const std::size_t m = c / 2;
+    const double upper = v[m][l];
+    if (c == 1) {
+      g.median = upper;
+      continue;
+    }
+    set_medians(g, v[m - 1][l], upper, c % 2 == 1 ? v[std::min(m + 1, N - 1)][l] : upper, c, exact);
+    if (g.median > 0.0) median[l] = g.median;
+  }
+  // The spread: |t / median - 1| over a sorted column falls to the median and rises after
+  // it (division and subtraction round monotonically), and the +inf pads keep rising: a
+  // bitonic sequence, which one bitonic merge (N / 2 log N compare-exchanges) sorts.
+  const M4 magnitude = ~M4{0, 0, 0, 0} & 0x7fffffffffffffffLL;
+  for (std::size_t i = 0; i < take; ++i) {
+    v[i] = reinterpret_cast<V4>(reinterpret_cast<M4>(v[i] / median - 1.0) & magnitude);  // fabs
+  }
+  sort<N, true>(v, zero);
+  for (std::size_t l = 0; l < width; ++l) {
+    GroupReference& g = out[s0 + l];
+    if (count[l] < 2 || !(g.median > 0.0)) continue;
+    g.mad = v[count[l] / 2][l] * mad_correction(count[l]);
   }
 }
 
@@ -110,51 +222,20 @@ GroupReference reference_of(std::vector<double>& values, bool exact) {
 }
 
 void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
-                        GroupReference* out, std::vector<double>& scratch) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  std::size_t n = 2;
-  while (n < take) n <<= 1;
-  const std::size_t lanes = (S + 3) / 4 * 4;
-  scratch.assign(n * lanes, kInf);
-  double* x = scratch.data();
-  std::fill(out, out + S, GroupReference{});
-  for (std::size_t i = 0; i < take; ++i) {
-    const double* row = ms + static_cast<std::size_t>(rows[i]) * S;
-    for (std::size_t s = 0; s < S; ++s) {
-      const bool finite = !std::isnan(row[s]);
-      x[i * lanes + s] = finite ? row[s] : kInf;
-      out[s].count += finite;
+                        GroupReference* out) {
+  static_assert(kColumnSortRows == 32, "the largest network below sorts 32 rows");
+  for (std::size_t s0 = 0; s0 < S; s0 += 4) {
+    if (take <= 2) {
+      references_of_lanes<2>(ms, S, s0, rows, take, exact, out);
+    } else if (take <= 4) {
+      references_of_lanes<4>(ms, S, s0, rows, take, exact, out);
+    } else if (take <= 8) {
+      references_of_lanes<8>(ms, S, s0, rows, take, exact, out);
+    } else if (take <= 16) {
+      references_of_lanes<16>(ms, S, s0, rows, take, exact, out);
+    } else {
+      references_of_lanes<32>(ms, S, s0, rows, take, exact, out);
     }
-  }
-  sort_columns(x, n, lanes);
-  for (std::size_t s = 0; s < S; ++s) {
-    GroupReference& g = out[s];
-    const auto c = static_cast<std::size_t>(g.count);
-    if (c == 0) continue;
-    const std::size_t m = c / 2;
-    const double upper = x[m * lanes + s];
-    if (c == 1) {
-      g.median = upper;
-      continue;
-    }
-    set_medians(g, x[(m - 1) * lanes + s], upper, c % 2 == 1 ? x[(m + 1) * lanes + s] : upper, c, exact);
-  }
-  // The spread: |t / median - 1| of the finite times, sorted the same way (pads, single
-  // values and non-positive medians stay inf and are not read).
-  for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t s = 0; s < S; ++s) {
-      const GroupReference& g = out[s];
-      double& v = x[i * lanes + s];
-      v = i < static_cast<std::size_t>(g.count) && g.count >= 2 && g.median > 0.0 ? std::fabs(v / g.median - 1.0)
-                                                                                    : kInf;
-    }
-  }
-  sort_columns(x, n, lanes);
-  for (std::size_t s = 0; s < S; ++s) {
-    GroupReference& g = out[s];
-    if (g.count < 2 || !(g.median > 0.0)) continue;
-    const auto c = static_cast<std::size_t>(g.count);
-    g.mad = x[(c / 2) * lanes + s] * mad_correction(c);
   }
 }
 

@@ -41,11 +41,13 @@ constexpr std::size_t kColumnSortRows = 32;
 // The references of one group in all S stages at once: ms rank-major (rank r's times at
 // ms + r * S, NaN where it did not run the stage), rows[0, take) the group's rows, take in
 // [1, kColumnSortRows]; out[s] is reference_of over stage s's finite times of those rows,
-// exactly. The rows are copied stage-minor into scratch, padded to a power of two with
-// +inf, and every stage's column sorted together by one bitonic network (Batcher 1968),
-// four stages per vector: for the few ranks of a pipeline stage this costs less than
-// gathering each column and running two selections on it.
+// exactly. Four stages per vector, each a lane: the rows' times are loaded straight into
+// registers (NaN as +inf, padded to a power of two with +inf), every column sorted
+// together by one odd-even merge sort network (Batcher 1968), and the deviations from the
+// median, which fall and then rise over a sorted column, sorted by one bitonic merge: for
+// the few ranks of a pipeline stage this costs less than gathering each column and running
+// two selections on it.
 void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
-                        GroupReference* out, std::vector<double>& scratch);
+                        GroupReference* out);
 
 }  // namespace relax_straggler::core::confirm

@@ -195,7 +195,7 @@ void ConfirmTracker::references(const double* ms) {
     const auto take = static_cast<std::size_t>(sample_start_[g + 1] - sample_start_[g]);
     const bool exact = group_start_[g + 1] - group_start_[g] <= cfg_.reference_sample;
     if (take <= kColumnSortRows) {
-      references_of_rows(ms, S, rows, take, exact, refs_.data() + g * S, values_);
+      references_of_rows(ms, S, rows, take, exact, refs_.data() + g * S);
     } else {
       for (std::size_t s = 0; s < S; ++s) {
         values_.clear();
