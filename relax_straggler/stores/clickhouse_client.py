@@ -2,7 +2,9 @@
 
 clickhouse-connect (the official client) does the HTTP, the Arrow encoding of inserts and
 answers, the server-side query parameters and the typed error codes; this module adds the
-store's policy on top. Every recovery decision of the ClickHouse store is taken on
+store's policy on top. Inserts are Arrow with LZ4-compressed buffers and answers may come
+LZ4-compressed: a 1M-row insert is 1.5x as fast as uncompressed on a local server
+(docs/PERFORMANCE.md). Every recovery decision of the ClickHouse store is taken on
 ``ClickHouseError.code``, the server's error code (``X-ClickHouse-Exception-Code``).
 
 Retries are bounded and back off: a request that never reached the server (connection
@@ -168,7 +170,7 @@ class ClickHouseClient:
             client = clickhouse_connect.get_client(
                 host=self._host, port=self._port, username=self.user, password=self._password,
                 connect_timeout=self._timeout_s, send_receive_timeout=self._timeout_s, query_retries=0,
-                autogenerate_session_id=False, compress=False)
+                autogenerate_session_id=False, compress="lz4")
         except DriverError as exc:
             if _code(exc) is None:
                 raise _Unreached(f"{self.name}: cannot connect: {_text(exc)}") from None
