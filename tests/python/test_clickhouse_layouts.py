@@ -155,3 +155,38 @@ def test_the_monitor_names_the_straggler_of_a_megatron_layout_table(db, tmp_path
         assert view["slowdown_check"]["straggler_prediction"] == {"straggler_rank": 5, "straggler_node": "node-1"}
     finally:
         monitor.stop()
+
+
+def test_analyze_reads_a_megatron_table_filled_as_a_megatron_collector_fills_it(db, capsys):
+    # The Megatron metrics table as it is created (JSON attributes, one partition per second)
+    # and filled by a collector that knows nothing of the store: one JSONEachRow insert per
+    # iteration, a row per timer and rank, rank and node as attribute keys.
+    import json
+
+    from relax_straggler.cli import main as cli_main
+
+    engine, name = db
+    admin(engine, MEGATRON.format(db=name, attributes="JSON").replace("PARTITION BY toDate(timestamp)",
+                                                                         "PARTITION BY timestamp"))
+    timers = {"forward-compute": 40.0, "backward-compute": 80.0, "optimizer": 5.0, "batch-generator": 1.0}
+    for it in range(30):
+        lines = []
+        for rank in range(8):
+            ms = dict(timers)
+            if rank == 5 and it >= 10:
+                ms["forward-compute"] *= 1.6
+            ms = {k: v * (1 + 0.003 * ((rank * 7 + it * 3) % 5)) for k, v in ms.items()}
+            ms["interval-time"] = sum(ms.values())
+            for timer, value in ms.items():
+                lines.append(json.dumps({"timestamp": int(T0) + it, "job_id": "mt-run", "metric_name": timer,
+                                         "iteration": it, "value": round(value, 3),
+                                         "attributes": {"rank": rank, "node": f"node-{rank // 4}"}}))
+        response = httpx.post(f"http://127.0.0.1:{engine.port}/",
+                              params={"query": f"INSERT INTO {name}.megatron_metrics FORMAT JSONEachRow"},
+                              content="\n".join(lines).encode())
+        assert response.status_code == 200, response.text
+    assert cli_main(["analyze", f"{engine.url(name)}?job=mt-run", "--dp", "8", "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [a["ranks"] for a in summary["anomalies"]] == [[5]], summary["anomalies"]
+    [anomaly] = summary["anomalies"]
+    assert (anomaly["stages"], anomaly["steps_flagged"], anomaly["details"][0]["first_step"]) == (["forward"], 20, 10)
