@@ -124,8 +124,6 @@ def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-
-
 class ClickHouseStore:
     """The Store protocol (relax_straggler.stores.base) on a ClickHouse server.
 
