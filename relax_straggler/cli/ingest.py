@@ -40,9 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    from relax_straggler.monitor.ingest import IngestStats, ingest
+    from relax_straggler.monitor.ingest import IngestStats, ingest, retrying
     from relax_straggler.stores.opener import open_store
     from relax_straggler.stores.base import StoreError, check_job_id
+    from relax_straggler.stores.url import redact
     from relax_straggler.readers import InputError, open_source
 
     err = Console(stderr=True)
@@ -65,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
     stats = IngestStats()
     problems = []
     try:
-        if not args.append and args.job in store.jobs():
-            return fail(f"job {args.job!r} already has rows in {args.store}; pass --append to add to it, or choose "
-                        "another --job")
+        if not args.append and args.job in retrying(store.jobs):
+            return fail(f"job {args.job!r} already has rows in {redact(args.store)}; pass --append to add to it, or "
+                        "choose another --job")
         for path in args.inputs:
             source = open_source(path, args.input_format, strict=args.strict)
             rpn = args.ranks_per_node
@@ -109,6 +110,6 @@ def run(args: argparse.Namespace) -> int:
             for kind, n in p.counts.items():
                 kinds[kind] = kinds.get(kind, 0) + n
         err.print("problems: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())), highlight=False)
-    sys.stdout.write(f"wrote {stats.rows} rows ({stats.steps} steps) of job {args.job} to {args.store} in "
+    sys.stdout.write(f"wrote {stats.rows} rows ({stats.steps} steps) of job {args.job} to {redact(args.store)} in "
                      f"{stats.seconds:.2f} s ({stats.rows_per_s:,.0f} rows/s); {total} problems\n")
     return 0

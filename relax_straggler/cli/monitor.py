@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from relax_straggler.monitor.api import create_app
     from relax_straggler.monitor.service import Monitor, MonitorConfig
     from relax_straggler.monitor.trigger import TriggerConfig
+    from relax_straggler.stores.url import redact
 
     try:
         guard = guard_of(args)
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("%s", exc)
         return 1
-    log.info("monitor: store %s, state %s, http://%s:%d, %s", args.store, config.resolved_state_path(), args.host,
+    log.info("monitor: store %s, state %s, http://%s:%d, %s", redact(args.store), config.resolved_state_path(), args.host,
              args.port, "register / unregister need the token" if guard.token else "no token")
     uvicorn.run(create_app(monitor, guard=guard), host=args.host, port=args.port, log_level="warning")
     return 0

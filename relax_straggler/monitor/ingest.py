@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import pyarrow as pa
 
 from relax_straggler.monitor.replay import step_table
 from relax_straggler.stores.base import Store, StoreError
 from relax_straggler.readers.base import InputError, MinMaxStep, Source
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,11 +79,17 @@ def ingest(source: Source, store: Store, job: str, *, ranks_per_node: int = 8, c
 
 
 def _write(store: Store, table: pa.Table, retries: int, wait_s: float) -> None:
+    retrying(lambda: store.write_table(table), retries, wait_s)
+
+
+def retrying(call: Callable[[], T], retries: int = 3, wait_s: float = 1.0) -> T:
+    """call(), repeated up to `retries` times on a StoreError that is not permanent,
+    waiting wait_s, doubling (1, 2, 4 s by default). Raises the last StoreError."""
     for attempt in range(retries + 1):
         try:
-            store.write_table(table)
-            return
-        except StoreError:
-            if attempt == retries:
+            return call()
+        except StoreError as exc:
+            if exc.permanent or attempt == retries:
                 raise
             time.sleep(wait_s * 2**attempt)
+    raise AssertionError("unreachable")

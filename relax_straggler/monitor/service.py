@@ -35,7 +35,7 @@ from relax_straggler.monitor.metrics import MonitorMetrics
 from relax_straggler.stores import hang_rows
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import Store, StoreError
-from relax_straggler.stores.url import DEFAULT_TABLE, parse_store_url
+from relax_straggler.stores.url import DEFAULT_TABLE, parse_store_url, redact
 from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
 from relax_straggler.monitor.range_analysis import analyze_range
 from relax_straggler.monitor.state import StateJournal, read_state
@@ -153,7 +153,7 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_poll_s: Optional[float] = None
-        self._journal = StateJournal(config.resolved_state_path(), config.store_url, self._snapshot)
+        self._journal = StateJournal(config.resolved_state_path(), redact(config.store_url), self._snapshot)
         self._load_state()
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -326,7 +326,7 @@ class Monitor:
         except StoreError as exc:
             self._store_failed(exc)
             return None
-        log.info("store %s connected", self.config.store_url)
+        log.info("store %s connected", redact(self.config.store_url))
         self._store = store
         self._store_ok()
         return store
@@ -356,7 +356,7 @@ class Monitor:
         error = self._store_error
         if error is None and self._store is None:
             error = "not connected yet: the first poll has not run"
-        return {"ok": error is None, "url": self.config.store_url, "error": error, "errors": self._store_errors,
+        return {"ok": error is None, "url": redact(self.config.store_url), "error": error, "errors": self._store_errors,
                 "last_ok": self._last_ok, "last_poll_s": self.last_poll_s}
 
     # --- analyses ----------------------------------------------------------------------
@@ -370,7 +370,7 @@ class Monitor:
         try:
             store = self._store
             if store is None:
-                raise StoreError(f"{self.config.store_url}: not connected (reconnecting)")
+                raise StoreError(f"{redact(self.config.store_url)}: not connected (reconnecting)")
             result = analyze_range(store, record.job_id, window, record.registered_at, record.topology,
                                     self.config.analyze)
         except (StoreError, InputError, ValueError) as exc:
@@ -490,9 +490,10 @@ class Monitor:
         except (OSError, ValueError) as exc:
             raise ValueError(f"state file {path}: cannot read it: {exc}; move it away to start empty") from None
         if state is not None:
-            if state["store"] != self.config.store_url:
-                raise ValueError(f"state file {path}: the state of store {state['store']}, not of "
-                                 f"{self.config.store_url}; give this store its own --state file")
+            # Compared without passwords: a rotated password is the same store.
+            if redact(state["store"]) != redact(self.config.store_url):
+                raise ValueError(f"state file {path}: the state of store {redact(state['store'])}, not of "
+                                 f"{redact(self.config.store_url)}; give this store its own --state file")
             try:
                 for job_id, raw in state["jobs"].items():
                     topo = raw["topology"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 from relax_straggler.stores.base import StoreError
-from relax_straggler.stores.url import QUERY_PARAMETERS, parse_store_url
+from relax_straggler.stores.url import QUERY_PARAMETERS, parse_store_url, redact
 from relax_straggler.readers.base import InputError, StepTimes
 from relax_straggler.topology import Topology
 from relax_straggler.readers.metrics_rows import StoreSource
@@ -41,7 +41,7 @@ def parse_input_url(url: str) -> tuple[str, str, int, int]:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     if not parsed.job:
-        raise InputError(f"{url}: the job is missing; add ?job=ID")
+        raise InputError(f"{redact(url)}: the job is missing; add ?job=ID")
     first = 0 if parsed.first is None else parsed.first
     last = LAST_ITERATION if parsed.last is None else parsed.last
     return parsed.url, parsed.job, first, last
@@ -59,5 +59,5 @@ def open_store_input(url: str, strict: bool = False, topology: Optional[Topology
     except (ValueError, StoreError) as exc:
         raise InputError(str(exc)) from None
     source = StoreInputSource(store, job, first, last, topology=topology, strict=strict)
-    source.path = source.problems.path = url  # what the user typed, in messages and the summary
+    source.path = source.problems.path = redact(url)  # what the user typed (no password), in messages and the summary
     return source

@@ -147,6 +147,7 @@ class StoreSink:
         if open_store is None:
             from relax_straggler.stores.opener import open_store
         self.url = parsed.url
+        self.shown = parsed.shown  # url with its password as ***: what logs name
         self.job = job or parsed.job or default_job_id()
         self.cluster = cluster
         self._given_nodes = list(nodes) if nodes is not None else []
@@ -225,7 +226,7 @@ class StoreSink:
         with self._cond:
             if self._buffered:
                 log.warning("relax_straggler: store %s: %d rows of job %s were not written (store failing: %s)",
-                            self.url, self._buffered, self.job, self._last_error or "timeout")
+                            self.shown, self._buffered, self.job, self._last_error or "timeout")
                 self.dropped_rows += self._buffered
                 self._buffer.clear()
                 self._buffered = 0
@@ -233,10 +234,10 @@ class StoreSink:
             try:
                 self._store.close()
             except Exception:  # closing a broken store must not raise into uninstall()
-                log.debug("closing %s", self.url, exc_info=True)
+                log.debug("closing %s", self.shown, exc_info=True)
 
     def __repr__(self) -> str:
-        return f"StoreSink({self.url!r}, job={self.job!r})"
+        return f"StoreSink({self.shown!r}, job={self.job!r})"
 
     # writer thread -----------------------------------------------------------------------
     def _bound(self) -> None:
@@ -288,7 +289,7 @@ class StoreSink:
             except ValueError as exc:  # rows the store refuses: sending them again cannot help
                 with self._cond:
                     self.dropped_rows += rows
-                log.error("relax_straggler: store %s refused %d rows of job %s: %s", self.url, rows, self.job, exc)
+                log.error("relax_straggler: store %s refused %d rows of job %s: %s", self.shown, rows, self.job, exc)
                 continue
             except Exception as exc:  # StoreError, or a store that cannot be opened yet
                 with self._cond:
@@ -307,7 +308,7 @@ class StoreSink:
                 recovered, self._failing = self._failing, False
             if recovered:
                 log.warning("relax_straggler: store %s answers again (%d failed writes, %d rows dropped so far)",
-                            self.url, self.failed_writes, self.dropped_rows)
+                            self.shown, self.failed_writes, self.dropped_rows)
             backoff = self._flush_s
 
     def _log_failure(self) -> None:
@@ -316,6 +317,6 @@ class StoreSink:
             return
         self._last_log = now
         log.warning("relax_straggler: store %s: %d failed write(s) since the last message (%d in all), %d rows "
-                    "buffered, %d dropped; training continues. Last error: %s", self.url, self._unlogged_failures,
+                    "buffered, %d dropped; training continues. Last error: %s", self.shown, self._unlogged_failures,
                     self.failed_writes, self._buffered, self.dropped_rows, self._last_error)
         self._unlogged_failures = 0

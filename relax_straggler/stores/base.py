@@ -44,7 +44,10 @@ def check_job_id(job: str) -> None:
 
 
 class StoreError(Exception):
-    """The store cannot be reached or rejected a request; str() says which store and why."""
+    """The store cannot be reached or rejected a request; str() says which store and why.
+    permanent: repeating the request cannot help (e.g. a user without the right to write)."""
+
+    permanent = False
 
 
 @dataclass(frozen=True)

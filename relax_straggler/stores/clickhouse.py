@@ -32,15 +32,16 @@ import math
 import threading
 from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse_client import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
-                                                      ClickHouseClient, ClickHouseError, credentials, redact)
+                                                      ClickHouseClient, ClickHouseError, credentials)
 from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
 from relax_straggler.stores.clickhouse_rows import arrow_samples, arrow_tables, insert_table
-from relax_straggler.stores.url import parse_store_url
+from relax_straggler.stores.url import parse_store_url, redact
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +118,12 @@ def check_table(table: pa.Table) -> None:
 
 
 def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) \
+        and math.isfinite(x)
 
 
 class ClickHouseStore:
@@ -236,8 +238,9 @@ class ClickHouseStore:
                 return
             except ClickHouseError as exc:
                 if exc.code in MISSING_TABLE_CODES:
-                    self._check_gone(exc)
-                    return
+                    if not self._check_gone(exc) or attempt == 1:
+                        return
+                    continue  # created again meanwhile: read it
                 if exc.code not in CHANGED_COLUMNS_CODES or attempt == 1:
                     raise self._permission(exc, "read") from None
                 self._layout = None  # read the columns again, once
@@ -272,15 +275,16 @@ class ClickHouseStore:
     # internals ---------------------------------------------------------------------------
     def _recovering(self, call: Callable[[], T], action: str, create: bool = False, empty: object = None) -> T:
         """call(), recovering by error code: a missing table or database is created again
-        and call() repeated once (create) or answers `empty` (reads); changed columns are
-        read again and call() repeated once; a permission error names the user."""
+        and call() repeated once (create) or answers `empty` (reads; repeated once when
+        another writer created it again meanwhile); changed columns are read again and
+        call() repeated once; a permission error names the user."""
         for attempt in (0, 1):
             try:
                 return call()
             except ClickHouseError as exc:
                 if exc.code in MISSING_TABLE_CODES:
-                    self._check_gone(exc)
-                    if not create:
+                    back = self._check_gone(exc)
+                    if not create and not back:
                         return empty  # type: ignore[return-value]
                 elif exc.code not in CHANGED_COLUMNS_CODES:
                     raise self._permission(exc, action) from None
@@ -288,22 +292,27 @@ class ClickHouseStore:
                     self._layout = None
                 if attempt == 1:
                     raise
-                log.info("%s: %s; reading the table's columns again", self._name, exc)
+                log.info("%s; reading the table's columns again", exc)
         raise AssertionError("unreachable")
 
-    def _check_gone(self, exc: ClickHouseError) -> None:
-        """After a missing-table code: returns when the store's table is gone (a read then
-        answers no rows, a write creates it). Raises StoreError when it is still there: a
-        table it reads from is missing (the local table under a Distributed one, on this
-        server or a shard), which the store must not create in its place."""
+    def _check_gone(self, exc: ClickHouseError) -> bool:
+        """After a missing-table code: False when the store's table is gone (a read then
+        answers no rows, a write creates it), True when a plain table of that name exists
+        again (another writer created it meanwhile: repeat the call). Raises StoreError
+        when a Distributed table is still there: a table it reads from is missing (the
+        local table under it, on this server or a shard), which the store must not create
+        in its place."""
         previous, self._layout = self._layout, None
         layout = self._read_layout()
         if layout is None and previous is not None and not previous.own:
             self._lost = previous
+        if layout is not None and not layout.distributed:
+            return True
         if layout is not None:
-            below = " (the table under this Distributed table, on this server or a shard)" if layout.distributed else ""
-            raise StoreError(f"{self._name}: {self._table} exists but a table it reads is missing{below}; create it "
-                             f"ON CLUSTER (docs/STORES.md) (server code {exc.code}: {str(exc).split(': ', 2)[-1]})")
+            raise StoreError(f"{self._name}: {self._table} exists but a table it reads is missing (the table under "
+                             "this Distributed table, on this server or a shard); create it ON CLUSTER "
+                             f"(docs/STORES.md) (server code {exc.code}: {str(exc).split(': ', 2)[-1]})")
+        return False
 
     def _permission(self, exc: ClickHouseError, action: str) -> StoreError:
         if exc.code not in PERMISSION_CODES:
@@ -339,7 +348,14 @@ class ClickHouseStore:
             layout = self._read_layout()
             if layout is None:
                 raise StoreError(f"{self._name}: {self._table} was created but system.columns does not list it")
-        layout.check_writable()
+        try:
+            layout.check_writable()
+        except StoreError:  # columns as read before: they may have been added since
+            self._layout = None
+            layout = self._read_layout()
+            if layout is None:
+                return self._writable_layout()
+            layout.check_writable()
         return layout
 
     @staticmethod

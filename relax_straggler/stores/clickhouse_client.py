@@ -21,6 +21,7 @@ refused at the first call with a StoreError saying so.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -33,7 +34,9 @@ from relax_straggler.stores.base import StoreError
 
 # Error codes (ClickHouse's src/Common/ErrorCodes.cpp); the names are those servers print.
 NO_SUCH_COLUMN_IN_TABLE = 16
+ILLEGAL_TYPE_OF_ARGUMENT = 43
 UNKNOWN_IDENTIFIER = 47
+TYPE_MISMATCH = 53
 UNKNOWN_TABLE = 60
 UNKNOWN_DATABASE = 81
 READONLY = 164
@@ -43,8 +46,8 @@ WRONG_PASSWORD = 193
 AUTHENTICATION_FAILED = 516
 # The table or database is gone: the writer creates it again.
 MISSING_TABLE_CODES = frozenset({UNKNOWN_TABLE, UNKNOWN_DATABASE})
-# The table's columns are not what the store read: it reads them again.
-CHANGED_COLUMNS_CODES = frozenset({NO_SUCH_COLUMN_IN_TABLE, UNKNOWN_IDENTIFIER})
+# The table's columns are not what the store read (gone, or of another type): it reads them again.
+CHANGED_COLUMNS_CODES = frozenset({NO_SUCH_COLUMN_IN_TABLE, ILLEGAL_TYPE_OF_ARGUMENT, UNKNOWN_IDENTIFIER, TYPE_MISMATCH})
 # The user may not do this: retrying cannot help.
 PERMISSION_CODES = frozenset({READONLY, ACCESS_DENIED, UNKNOWN_USER, WRONG_PASSWORD, AUTHENTICATION_FAILED})
 # Refused for now: TIMEOUT_EXCEEDED, TOO_MANY_SIMULTANEOUS_QUERIES, SOCKET_TIMEOUT,
@@ -53,11 +56,23 @@ TRANSIENT_CODES = frozenset({159, 202, 209, 210, 252, 242})
 # An insert returns only after the server applied every row (the status follows the insert).
 _ACKNOWLEDGED = {"wait_end_of_query": "1"}
 T = TypeVar("T")
-# clickhouse-connect logs a WARNING with a traceback for every failed request; the store's
-# callers report failures themselves, rate-limited (the sink: one line per log_every_s).
-# Left alone where the application set a level of its own.
-if logging.getLogger("clickhouse_connect").level == logging.NOTSET:
-    logging.getLogger("clickhouse_connect").setLevel(logging.ERROR)
+# "Code: 60. DB::Exception: " before, " (version 26.9.2.1)" after the server's own words.
+_SERVER_FRAMING = re.compile(r"^Code: \d+[.,] (?:e\.displayText\(\) = )?(?:DB::Exception: )?|\s*\(version [^)]*\)\s*$")
+_CALLING = threading.local()  # depth of ClickHouseClient calls on this thread
+
+
+class _OwnRequests(logging.Filter):
+    """Drops the records clickhouse-connect and urllib3 log for each failed request of the
+    store (a traceback, a retry with the whole query in its URL): the store's callers report
+    failures themselves, rate-limited (the sink: one line per log_every_s). Records of
+    other code pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_CALLING, "depth", 0) or record.levelno >= logging.ERROR
+
+
+for _name in ("clickhouse_connect.driver._backend.http_sync", "urllib3.connectionpool"):
+    logging.getLogger(_name).addFilter(_OwnRequests())
 
 
 class ClickHouseError(StoreError):
@@ -68,13 +83,10 @@ class ClickHouseError(StoreError):
         super().__init__(message)
         self.code = code
 
-
-def redact(url: str) -> str:
-    """`url` with its password replaced by ***, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+    @property
+    def permanent(self) -> bool:
+        """The user may not do this: repeating the request cannot help."""
+        return self.code in PERMISSION_CODES
 
 
 def credentials(url: str) -> tuple[Optional[str], str]:
@@ -178,7 +190,7 @@ class ClickHouseClient:
                 raise StoreError(f"{self.name}: the server is too old for clickhouse-connect, the store's client "
                                  f"(its system.settings lacks columns: {_text(exc)}); use a server of the last few "
                                  "years (the store is tested on ClickHouse 26.9; docs/STORES.md)") from None
-            raise self._server_error(exc) from None
+            raise _Refused(self._server_error(exc)) from None
         with self._lock:
             if self._client is None:
                 self._client = client
@@ -187,6 +199,13 @@ class ClickHouseClient:
         return self._client
 
     def _call(self, call: Callable[[Any], T], can_repeat: bool) -> T:
+        _CALLING.depth = getattr(_CALLING, "depth", 0) + 1
+        try:
+            return self._attempts(call, can_repeat)
+        finally:
+            _CALLING.depth -= 1
+
+    def _attempts(self, call: Callable[[Any], T], can_repeat: bool) -> T:
         from clickhouse_connect.driver.exceptions import Error as DriverError
 
         for attempt in range(self._retries + 1):
@@ -196,6 +215,9 @@ class ClickHouseClient:
             except _Unreached as exc:
                 if last:
                     raise StoreError(str(exc)) from None
+            except _Refused as exc:  # the server's answer to the connect's own queries
+                if exc.error.code not in TRANSIENT_CODES or last:
+                    raise exc.error from None
             except DriverError as exc:
                 if _code(exc) is not None:  # the server's answer
                     error = self._server_error(exc)
@@ -210,10 +232,11 @@ class ClickHouseClient:
 
     def _guarded(self, stream: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from clickhouse_connect.driver.exceptions import ClickHouseError as DriverError
+        from urllib3.exceptions import HTTPError
 
         try:
             yield from stream
-        except (DriverError, pa.ArrowInvalid, OSError) as exc:
+        except (DriverError, HTTPError, pa.ArrowInvalid, OSError) as exc:
             raise StoreError(f"{self.name}: the answer broke off: {_text(exc)}") from None
 
     def _server_error(self, exc: Exception) -> ClickHouseError:
@@ -223,6 +246,14 @@ class ClickHouseClient:
 
 class _Unreached(StoreError):
     """No connection could be made: nothing was sent."""
+
+
+class _Refused(StoreError):
+    """The server refused one of the queries clickhouse-connect makes when it connects."""
+
+    def __init__(self, error: ClickHouseError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _code(exc: Exception) -> Optional[int]:
@@ -238,12 +269,8 @@ def _text(exc: BaseException) -> str:
         root = _transport_cause(exc)
         if root is not None:
             return f"{type(root).__name__}: {root}"[:500]
-    text = str(exc)
-    for prefix in ("Received ClickHouse exception, ", "server response: "):
-        text = text.split(prefix, 1)[-1]
-    text = text.split(" (for url ", 1)[0].strip()
-    if text.startswith("code: ") and ", " in text:
-        text = text.split(", ", 1)[1]
+    text = str(exc).split("server response: ", 1)[-1]
+    text = _SERVER_FRAMING.sub("", text.split(" (for url ", 1)[0].strip())
     return text[:500]
 
 

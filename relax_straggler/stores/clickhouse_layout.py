@@ -118,9 +118,17 @@ class Layout:
             return "toUnixTimestamp64Milli(timestamp)"
         return "toUInt64(timestamp) * 1000"
 
+    def _nullable(self, name: str) -> bool:
+        return self.columns[name].replace("LowCardinality(", "").startswith("Nullable(")
+
+    def _value(self) -> str:
+        """The value column as Float64, a NULL read as NaN (not measured)."""
+        return "ifNull(toFloat64(value), nan)" if self._nullable("value") else "toFloat64(value)"
+
     def _attributes_text(self) -> str:
         kind = self.attributes_kind
-        return {"json": "toString(attributes)", "object": "toJSONString(attributes)", "string": "attributes"}[kind]
+        text = {"json": "toString(attributes)", "object": "toJSONString(attributes)", "string": "attributes"}[kind]
+        return f"ifNull({text}, '')" if self._nullable("attributes") else text
 
     def field(self, name: str) -> str:
         """The expression of a Sample field (rank Int32, iteration Int64, strings, values
@@ -135,12 +143,12 @@ class Layout:
             if "metric_values" in self.columns:
                 return "metric_values"
             if self.attributes_kind is None:
-                return "[toFloat64(value)]"
+                return f"[{self._value()}]"
             a = self._attributes_text()
             listed = f"JSONExtract({a}, '{VALUES_KEY}', 'Array(Float64)')"
-            return f"if(JSONHas({a}, '{VALUES_KEY}'), {listed}, [toFloat64(value)])"
+            return f"if(JSONHas({a}, '{VALUES_KEY}'), {listed}, [{self._value()}])"
         if name == "step_ms":  # the first value, for the poll's aggregate
-            return "metric_values[1]" if "metric_values" in self.columns else "toFloat64(value)"
+            return "metric_values[1]" if "metric_values" in self.columns else self._value()
         if name == "ts_ms":
             return self.ts_ms()
         place = self.place_of(name)

@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relax_straggler.stores.base import SAMPLE_SCHEMA, Sample, table_to_samples
+from relax_straggler.stores.base import SAMPLE_SCHEMA, Sample, StoreError, table_to_samples
 from relax_straggler.stores.clickhouse_layout import ATTRIBUTE_FIELDS, FIELDS, VALUES_KEY, Layout
 
 # JSON string escapes: backslash and quote first, then every control character.
@@ -20,8 +20,19 @@ _JSON_ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\
                  *((chr(c), f"\\u{c:04x}") for c in range(32) if chr(c) not in "\n\r\t"))
 
 
+# What each integer column type holds: a value outside is refused, never wrapped.
+_INTEGER_RANGES = {f"{u}Int{bits}": ((0, 2**bits - 1) if u else (-2**(bits - 1), 2**(bits - 1) - 1))
+                   for u in ("U", "") for bits in (8, 16, 32, 64)}
+
+
 def insert_table(table: pa.Table, layout: Layout) -> pa.Table:
-    """The columns to insert into `layout`'s table from a checked SAMPLE_SCHEMA table."""
+    """The columns to insert into `layout`'s table from a checked SAMPLE_SCHEMA table.
+    Raises StoreError naming the table, the field and the first row that it cannot keep
+    whole: a rank or iteration its integer column type cannot hold, several values where
+    it keeps one (``value`` and no ``attributes``)."""
+    for name in ("rank", "iteration"):
+        if name in layout.columns:
+            _check_range(table, layout, name)
     total_ms = pc.cast(pc.round(pc.multiply(table.column("timestamp"), 1000.0)), pa.int64())
     out: dict[str, pa.ChunkedArray] = {}
     if layout.datetime64:
@@ -36,6 +47,13 @@ def insert_table(table: pa.Table, layout: Layout) -> pa.Table:
     if "metric_values" in layout.columns:
         out["metric_values"] = values
     else:
+        if layout.attributes_kind is None:
+            several = pc.indices_nonzero(pc.greater(pc.list_value_length(values), 1))
+            if len(several):
+                i = several[0].as_py()
+                raise StoreError(f"table {layout.table} keeps one value per row (a value column and no attributes "
+                                 f"column): row {i} has {len(values[i])} values; refusing to write rows that would "
+                                 "lose them (docs/STORES.md)")
         out["value"] = pc.list_element(values, 0)
     in_attributes = []
     for field in ATTRIBUTE_FIELDS:
@@ -46,6 +64,22 @@ def insert_table(table: pa.Table, layout: Layout) -> pa.Table:
     if layout.attributes_kind is not None:
         out["attributes"] = _attributes(table, in_attributes, keep_values="metric_values" not in layout.columns)
     return pa.table(out)
+
+
+def _check_range(table: pa.Table, layout: Layout, name: str) -> None:
+    bounds = _INTEGER_RANGES.get(layout.type_of(name))
+    if bounds is None:
+        return
+    column = table.column(name)
+    lowest, highest = (v.as_py() for v in pc.min_max(column).values())
+    if bounds[0] <= lowest and highest <= bounds[1]:
+        return
+    low, high = (pa.scalar(max(bounds[0], -2**63), pa.int64()), pa.scalar(min(bounds[1], 2**63 - 1), pa.int64()))
+    outside = pc.indices_nonzero(pc.or_(pc.less(column, low), pc.greater(column, high)))
+    if len(outside):
+        i = outside[0].as_py()
+        raise StoreError(f"table {layout.table}: column {name} is {layout.type_of(name)}, which cannot hold "
+                         f"{name} {column[i].as_py()} of row {i}; refusing to write it wrapped (docs/STORES.md)")
 
 
 def _labels(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -5,6 +5,8 @@ driver is replaced by a stub that raises clickhouse-connect's own errors."""
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pytest
 import urllib3.exceptions
@@ -53,6 +55,9 @@ class StubDriver:
     def command(self, sql, parameters=None):
         return self._next("command")
 
+    def query_arrow_stream(self, sql, parameters=None, use_strings=None):
+        return self._next("stream")
+
     def close(self) -> None:
         pass
 
@@ -62,11 +67,13 @@ def stub(monkeypatch):
     """client(answers, retries=1) -> (ClickHouseClient over a StubDriver, the driver)."""
     import clickhouse_connect
 
-    def make(answers: list, retries: int = 1, connect_error: Exception | None = None):
+    def make(answers: list, retries: int = 1, connect_error: Exception | None = None, connect_errors: int = 1):
         driver = StubDriver(answers)
+        failed = []
 
         def get_client(**kwargs):
-            if connect_error is not None:
+            if connect_error is not None and len(failed) < connect_errors:
+                failed.append(connect_error)
                 raise connect_error
             return driver
 
@@ -113,7 +120,7 @@ def test_transient_server_codes_are_retried_and_others_are_not(stub):
     syntax = DatabaseError("Received ClickHouse exception, code: 62, server response: Code: 62. DB::Exception: "
                            "Syntax error (SYNTAX_ERROR) (for url http://127.0.0.1:1)", code=62)
     client, driver = stub([syntax, None], retries=3)
-    with pytest.raises(ClickHouseError, match=r"code 62: Code: 62\. DB::Exception: Syntax error") as info:
+    with pytest.raises(ClickHouseError, match=r"^clickhouse://127.0.0.1:1/db: code 62: Syntax error \(SYNTAX_ERROR\)$") as info:
         client.command("SELEKT 1")
     assert info.value.code == 62 and driver.calls == ["command"]
     assert "for url" not in str(info.value)
@@ -126,3 +133,62 @@ def test_a_server_too_old_for_the_client_is_named(stub):
     client, _ = stub([], connect_error=old)
     with pytest.raises(StoreError, match=r"too old for clickhouse-connect.*Unknown identifier: readonly.*tested on ClickHouse 26\.9"):
         client.command("SELECT 1")
+
+
+class BrokenStream:
+    """An Arrow answer whose connection breaks after the first batch."""
+
+    def __init__(self) -> None:
+        self.batches = iter([pa.record_batch({"a": [1]})])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.batches, None)
+        if batch is None:
+            raise urllib3.exceptions.ProtocolError("Connection broken: IncompleteRead(10 bytes read, 90 more expected)")
+        return batch
+
+
+def test_an_answer_that_breaks_off_is_a_store_error(stub):
+    client, _ = stub([BrokenStream()])
+    with pytest.raises(StoreError, match=r"the answer broke off: ProtocolError: Connection broken: IncompleteRead"):
+        with client.batches("SELECT a FROM t") as batches:
+            assert next(batches).num_rows == 1
+            next(batches)
+
+
+def test_a_transient_refusal_while_connecting_is_retried(stub):
+    busy = DatabaseError("Received ClickHouse exception, code: 202, server response: Code: 202. DB::Exception: "
+                         "Too many simultaneous queries. (TOO_MANY_SIMULTANEOUS_QUERIES)", code=202)
+    client, driver = stub([None], retries=1, connect_error=busy)
+    client.command("SELECT 1")
+    assert driver.calls == ["command"]
+    denied = DatabaseError("Received ClickHouse exception, code: 516, server response: Code: 516. DB::Exception: "
+                           "ops: Authentication failed. (AUTHENTICATION_FAILED)", code=516)
+    client, driver = stub([None], retries=3, connect_error=denied)
+    with pytest.raises(ClickHouseError, match=r"code 516: ops: Authentication failed") as info:
+        client.command("SELECT 1")
+    assert info.value.permanent and driver.calls == []
+
+
+def test_a_server_that_is_down_logs_nothing_but_the_store_s_own_error(caplog):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    caplog.set_level(logging.DEBUG + 1)  # urllib3 and clickhouse-connect warn per failed request
+    client = ClickHouseClient("127.0.0.1", port, f"clickhouse://127.0.0.1:{port}/db", retries=2, backoff_s=0)
+    with pytest.raises(StoreError, match="Connection refused"):
+        client.insert("`db`.`t`", ROWS)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+    logging.getLogger("urllib3.connectionpool").warning("another library's request")  # passes the filter
+    assert [r.getMessage() for r in caplog.records] == ["another library's request"]

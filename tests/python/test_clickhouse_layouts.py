@@ -4,6 +4,7 @@ the Megatron metrics layout (job_id, value, attributes JSON / Object / String)."
 from __future__ import annotations
 
 import itertools
+import math
 
 import httpx
 import pytest
@@ -190,3 +191,62 @@ def test_analyze_reads_a_megatron_table_filled_as_a_megatron_collector_fills_it(
     assert [a["ranks"] for a in summary["anomalies"]] == [[5]], summary["anomalies"]
     [anomaly] = summary["anomalies"]
     assert (anomaly["stages"], anomaly["steps_flagged"], anomaly["details"][0]["first_step"]) == (["forward"], 20, 10)
+
+
+def test_a_column_dropped_and_added_back_is_written_again_by_the_same_store(db):
+    engine, name = db
+    store = ClickHouseStore(engine.url(name))
+    store.write(rows("j", range(1), ranks=1))
+    admin(engine, f"ALTER TABLE {name}.megatron_metrics DROP COLUMN node")
+    with pytest.raises(StoreError, match="no column for node"):
+        store.write(rows("j", range(1, 2), ranks=1))
+    admin(engine, f"ALTER TABLE {name}.megatron_metrics ADD COLUMN node String")
+    store.write(rows("j", range(2, 3), ranks=1))  # the columns are read again before a refusal
+    assert [i.iteration for i in store.iterations("j")] == [0, 2]
+    store.close()
+
+
+def test_rows_a_megatron_table_cannot_keep_whole_are_refused_naming_the_field(db):
+    engine, name = db
+    admin(engine, f"CREATE TABLE {name}.megatron_metrics (timestamp DateTime, job_id String, metric_name String, "
+                  "iteration UInt32, value Float64, rank UInt16, subname String, node String, cluster String) "
+                  "ENGINE = MergeTree ORDER BY (job_id, metric_name, iteration)")
+    store = ClickHouseStore(engine.url(name))
+    with pytest.raises(StoreError, match=r"keeps one value per row .*row 0 has 3 values"):
+        store.write([Sample(T0, "j", STEP_METRIC, 1, 0, (1.0, 2.0, 3.0))])
+    with pytest.raises(StoreError, match=r"column rank is UInt16, which cannot hold rank 70000 of row 1"):
+        store.write([Sample(T0, "j", STEP_METRIC, 1, 0, (1.0,)), Sample(T0, "j", STEP_METRIC, 70000, 0, (1.0,))])
+    with pytest.raises(StoreError, match=r"column iteration is UInt32, which cannot hold iteration 5000000000"):
+        store.write([Sample(T0, "j", STEP_METRIC, 1, 5_000_000_000, (1.0,))])
+    assert store.jobs() == []  # nothing of a refused batch is written
+    store.write([Sample(T0, "j", STEP_METRIC, 65535, 2**32 - 1, (1.0,))])  # the largest values that fit
+    assert [(s.rank, s.iteration) for s in store.samples("j", 0, 2**32)] == [(65535, 2**32 - 1)]
+    store.close()
+
+
+def test_nullable_columns_of_a_megatron_table_read_null_as_not_measured(db):
+    engine, name = db
+    admin(engine, MEGATRON.format(db=name, attributes="Nullable(String)").replace("value Float64",
+                                                                                 "value Nullable(Float64)"))
+    admin(engine, f"INSERT INTO {name}.megatron_metrics VALUES ({int(T0)}, 'j', '{STEP_METRIC}', 1, 7.5, "
+                  f"'{{\"rank\": 2}}'), ({int(T0)}, 'j', '{STEP_METRIC}', 2, NULL, NULL)")
+    store = ClickHouseStore(engine.url(name))
+    first, second = store.samples("j", 0, 9)
+    assert (first.rank, first.values) == (2, (7.5,))
+    assert second.rank == 0 and math.isnan(second.values[0])  # NULL: not measured
+    its = store.iterations("j")
+    assert its[0].step_ms == 7.5 and math.isnan(its[1].step_ms)
+    store.close()
+
+
+def test_a_table_recreated_with_other_column_types_is_read_again(db):
+    engine, name = db
+    store = ClickHouseStore(engine.url(name))
+    store.write(rows("j", range(2), ranks=1))
+    admin(engine, f"DROP TABLE {name}.megatron_metrics")
+    admin(engine, MEGATRON.format(db=name, attributes="String"))  # whole seconds now: DateTime
+    admin(engine, f"INSERT INTO {name}.megatron_metrics VALUES ({int(T0)}, 'j', '{STEP_METRIC}', 5, 9.0, "
+                  f"'{{\"rank\": 1}}')")
+    assert [(s.iteration, s.rank, s.values) for s in store.samples("j", 0, 9)] == [(5, 1, (9.0,))]
+    assert [i.iteration for i in store.iterations("j")] == [5]
+    store.close()

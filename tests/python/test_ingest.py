@@ -92,3 +92,19 @@ def test_a_job_id_the_monitor_cannot_serve_is_refused(capsys, tmp_path, job):
     code, _, err = ingest(capsys, str(FIXTURES / "straggler.jsonl"), "--store", f"file://{tmp_path}/s", "--job", job)
     assert code == 2 and "cannot be registered with the monitor" in err, err
     assert not (tmp_path / "s" / "jobs").exists() or not list((tmp_path / "s" / "jobs").iterdir())
+
+
+def test_a_user_who_may_not_write_fails_at_once_and_a_store_down_is_retried(clickhouse_server, capsys, monkeypatch):
+    import relax_straggler.monitor.ingest as ingest_module
+
+    waits: list[float] = []  # time.sleep, s: the command's retries and the store's
+    monkeypatch.setattr(ingest_module.time, "sleep", waits.append)
+    reader = clickhouse_server.url(f"test_ingest_{next(_databases)}", user="reader")
+    code, _, err = ingest(capsys, str(FIXTURES / "straggler.jsonl"), "--store", reader, "--job", "ro")
+    assert code == 1 and "user 'reader' may not write" in err
+    assert waits == []  # a refusal that cannot change is not retried
+    down = f"clickhouse://127.0.0.1:{free_port()}/db"
+    code, _, err = ingest(capsys, str(FIXTURES / "straggler.jsonl"), "--store", down, "--job", "j")
+    assert code == 1 and "Connection refused" in err
+    # the check for the job's rows is retried as writes are (between the store's own short retries)
+    assert [w for w in waits if w >= 1] == [1.0, 2.0, 4.0]
