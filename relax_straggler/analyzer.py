@@ -139,7 +139,7 @@ class Analyzer:
         # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
         self._kernels: Optional[KernelSource] = None
         if config.kernel_stats:
-            self._kernels = kernel_source if kernel_source is not None else open_source()
+            self._kernels = kernel_source if kernel_source is not None else open_source(self._timer)
 
         self._control: Union[ControlChannel, LocalControl, None] = None
         if config.control_file:

@@ -13,9 +13,10 @@ Sources:
                          through the engine's statistics (relax_straggler._core.kernels): tests
                          and demonstrations, on any build.
   CuptiKernelSource      CUPTI's activity records (csrc/cupti/cupti_collector.h), in a build with
-                         CUDA and CUPTI only (relax_straggler._core.kernels.WITH_CUPTI), summarised
-                         over the section bounds a caller supplies on CUPTI's clock.
-open_source() picks what the build can do; where it can do nothing it warns once and the
+                         CUDA and CUPTI only (relax_straggler._core.kernels.WITH_CUPTI), attributed
+                         to the stage timer's own sections by correlation id: the collector observes
+                         the timer's section begins and ends on sampled steps.
+open_source(timer) picks what the build can do; where it can do nothing it warns once and the
 analysis runs on events only (every kernel field NaN, the row's layout unchanged).
 """
 
@@ -133,22 +134,34 @@ class SyntheticKernelSource:
 
 
 class CuptiKernelSource:
-    """CUPTI's kernel records of sampled steps (relax_straggler._core.kernels.CuptiCollector;
-    a build with CUDA and CUPTI only). `sections(step)` gives the step's stage sections on
-    CUPTI's clock and stream ids. CUPTI is held on sampled steps only; when another tool
-    holds it (torch.profiler, Nsight) the collector backs off, warns once and the step is
-    not measured. Raises RuntimeError when the build has no CUPTI."""
+    """CUPTI's kernel records of sampled steps, attributed to the sections of `timer` (a
+    relax_straggler._C.StageTimer) by correlation id. The collector is the timer's section
+    observer: at each section begin and end of a sampled step it notes the last correlation id
+    issued in the process; at the step's end each kernel record goes to the section whose id
+    range holds the id of the call that launched it, and the section's idle time is its CUDA
+    event time (timer.last_sections) less the time kernels and copies ran. CUPTI is held on
+    sampled steps only; when another tool holds it (torch.profiler, Nsight) the collector
+    backs off, warns once and the step is not measured.
+
+    collector: an object with CuptiCollector's begin_sampled_step, end_observed_step,
+    section_observer, shutdown and mode (tests); default: a new
+    relax_straggler._core.kernels.CuptiCollector. Raises RuntimeError when no collector is
+    given and the build has no CUPTI."""
 
     name = "cupti"
 
-    def __init__(self, sections: Callable[[int], Sequence[Section]]) -> None:
-        kernels = core().kernels
-        if not kernels.WITH_CUPTI:
-            raise RuntimeError("relax_straggler._core was built without CUPTI (needs a CUDA torch and the toolkit's "
-                               "cupti.h and libcupti at build time)")
-        self._collector = kernels.CuptiCollector()
-        self._sections = sections
+    def __init__(self, timer: Any, collector: Any = None) -> None:
+        if collector is None:
+            kernels = core().kernels
+            if not kernels.WITH_CUPTI:
+                raise RuntimeError("relax_straggler._core was built without CUPTI (needs a CUDA torch and the "
+                                   "toolkit's cupti.h and libcupti at build time)")
+            collector = kernels.CuptiCollector()
+        self._collector = collector
+        self._timer = timer
         self._collecting = False
+        self._closed = False
+        timer.set_section_observer(collector.section_observer())
 
     def begin_step(self, step: int) -> None:
         self._collecting = self._collector.begin_sampled_step(_profiler_active())
@@ -157,7 +170,7 @@ class CuptiKernelSource:
         if not self._collecting:
             return None
         self._collecting = False
-        summary = self._collector.end_sampled_step(_native_sections(self._sections(step)), TOP_K)
+        summary = self._collector.end_observed_step(self._timer.last_sections, TOP_K)
         return None if summary is None else from_step_kernels(summary)
 
     @property
@@ -166,6 +179,11 @@ class CuptiKernelSource:
         return self._collector.mode
 
     def close(self) -> None:
+        """Stops observing the timer and releases CUPTI (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._timer.clear_section_observer()
         self._collector.shutdown()
 
 
@@ -182,20 +200,22 @@ def _profiler_active() -> bool:
 _warned: set[str] = set()
 
 
-def open_source(sections: Optional[Callable[[int], Sequence[Section]]] = None) -> Optional[KernelSource]:
-    """The kernel source this build and process can run for --straggler-kernel-stats, or None
-    (after one warning) when there is none: a build without CUPTI (a CPU build, or CUDA
-    without the toolkit's CUPTI), or no provider of section bounds on CUPTI's clock
-    (`sections`; the stage timer supplies none yet)."""
+def open_source(timer: Any = None) -> Optional[KernelSource]:
+    """The kernel source this build and process can run for --straggler-kernel-stats over the
+    sections of `timer` (the analyzer's relax_straggler._C.StageTimer), or None (after one
+    warning) when there is none: a build without CUPTI (a CPU build, or CUDA without the
+    toolkit's CUPTI), no timer to observe, or a timer that times on the CPU (no CUDA model:
+    no kernels to attribute)."""
     if not core().kernels.WITH_CUPTI:
         why = "this build has no CUPTI (a CPU build, or a CUDA build without the toolkit's CUPTI)"
-    elif sections is None:
-        why = "the stage timer does not give its sections' bounds on CUPTI's clock yet"
+    elif timer is None:
+        why = "no stage timer to attribute kernel records to"
+    elif timer.device != "cuda":
+        why = "the stage timer times on the CPU (no CUDA model), so there are no kernels to attribute"
     else:
-        return CuptiKernelSource(sections)
+        return CuptiKernelSource(timer)
     if why not in _warned:
         _warned.add(why)
         log.warning("relax_straggler: --straggler-kernel-stats: %s; stage times come from events only and "
                     "straggler/{stage}/kernel_ms, idle_ms read NaN (not measured)", why)
     return None
-

@@ -2,6 +2,7 @@
 
 #include <cupti.h>
 
+#include <atomic>
 #include <cstdio>
 #include <stdexcept>
 #include <utility>
@@ -11,7 +12,14 @@ namespace {
 
 constexpr CUpti_ActivityKind kActivityKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                                  CUPTI_ACTIVITY_KIND_MEMSET};
+constexpr CUpti_CallbackDomain kApiDomains[] = {CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_CB_DOMAIN_DRIVER_API};
 constexpr std::size_t kMinBufferBytes = std::size_t{64} << 10;
+
+// The last correlation id issued in the process as far as CUPTI's API callbacks have told
+// (runtime and driver calls on every thread, while a collector has them enabled). CUPTI 13
+// has no query for it; ids are issued in order process-wide, so this is each section mark's
+// bound whichever thread launched the section's work.
+std::atomic<std::uint32_t> g_last_id{0};
 
 // The collector CUPTI's buffer callbacks serve. A callback holds the mutex while it uses the
 // collector, so shutdown(), which clears the pointer under it, never races one in flight.
@@ -25,8 +33,13 @@ std::string result_name(CUptiResult result) {
   return "CUPTI error " + std::to_string(static_cast<int>(result));
 }
 
-// The subscription only claims CUPTI (one subscriber at a time); no callback domain is enabled.
-void CUPTIAPI ignore_callback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+// The subscription claims CUPTI (one subscriber at a time); on sampled steps its runtime and
+// driver API domains are enabled and every call's entry raises g_last_id.
+void CUPTIAPI api_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId, const void* data) {
+  if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  const auto* call = static_cast<const CUpti_CallbackData*>(data);
+  if (call != nullptr && call->callbackSite == CUPTI_API_ENTER) advance_last_id(g_last_id, call->correlationId);
+}
 
 // The fields KernelStats reads, from the record versions of the CUPTI these headers belong to.
 bool to_record(const CUpti_Activity* a, ActivityRecord& r) {
@@ -54,12 +67,13 @@ bool to_record(const CUpti_Activity* a, ActivityRecord& r) {
 
 CollectorConfig validated(CollectorConfig c) {
   if (c.buffer_bytes < kMinBufferBytes || c.buffer_bytes % 8 != 0 || c.num_buffers == 0 || c.max_records == 0 ||
-      c.retry_after < 0) {
+      c.max_marks == 0 || c.retry_after < 0) {
     throw std::invalid_argument(
-        "CuptiCollector: buffer_bytes must be >= 65536 and a multiple of 8, num_buffers and max_records > 0, "
-        "retry_after >= 0 (got buffer_bytes=" +
+        "CuptiCollector: buffer_bytes must be >= 65536 and a multiple of 8, num_buffers, max_records and "
+        "max_marks > 0, retry_after >= 0 (got buffer_bytes=" +
         std::to_string(c.buffer_bytes) + ", num_buffers=" + std::to_string(c.num_buffers) +
-        ", max_records=" + std::to_string(c.max_records) + ", retry_after=" + std::to_string(c.retry_after) + ")");
+        ", max_records=" + std::to_string(c.max_records) + ", max_marks=" + std::to_string(c.max_marks) +
+        ", retry_after=" + std::to_string(c.retry_after) + ")");
   }
   return c;
 }
@@ -78,12 +92,16 @@ struct CollectorCallbacks {
     std::lock_guard<std::mutex> lock(g_owner_mu);
     if (g_owner != nullptr) g_owner->take_back(buffer, valid);
   }
+  static void section(void* ctx, int stage, int begin) {
+    static_cast<CuptiCollector*>(ctx)->mark(stage, begin != 0);
+  }
 };
 
 CuptiCollector::CuptiCollector(CollectorConfig config)
     : config_(validated(std::move(config))),
       storage_(std::make_unique<std::uint8_t[]>(config_.buffer_bytes * config_.num_buffers)),
-      stats_(config_.max_records) {
+      stats_(config_.max_records),
+      marks_(config_.max_marks) {
   free_buffers_.reserve(config_.num_buffers);
   for (std::size_t i = 0; i < config_.num_buffers; ++i) {
     free_buffers_.push_back(storage_.get() + i * config_.buffer_bytes);
@@ -155,6 +173,9 @@ bool CuptiCollector::begin_sampled_step(bool profiler_active) {
   }
   if (!start_collecting()) return false;
   mode_ = CollectorMode::kKernels;
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  marks_.clear();
+  marking_ = true;
   return true;
 }
 
@@ -164,7 +185,7 @@ bool CuptiCollector::start_collecting() {
     return false;
   }
   CUpti_SubscriberHandle subscriber = nullptr;
-  const CUptiResult subscribed = cuptiSubscribe(&subscriber, ignore_callback, nullptr);
+  const CUptiResult subscribed = cuptiSubscribe(&subscriber, api_callback, nullptr);
   if (subscribed == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
     ok(subscribed, "cuptiSubscribe");
     refuse("another tool holds CUPTI: torch.profiler, Nsight or cuda-gdb");
@@ -193,6 +214,14 @@ bool CuptiCollector::start_collecting() {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.clear();
   }
+  for (CUpti_CallbackDomain domain : kApiDomains) {
+    if (!ok(cuptiEnableDomain(1, subscriber, domain), "cuptiEnableDomain")) {
+      stop_collecting();
+      refuse(last_error_);
+      return false;
+    }
+    ++enabled_domains_;
+  }
   for (CUpti_ActivityKind kind : kActivityKinds) {
     if (!ok(cuptiActivityEnable(kind), "cuptiActivityEnable")) {
       stop_collecting();
@@ -206,10 +235,17 @@ bool CuptiCollector::start_collecting() {
 }
 
 bool CuptiCollector::stop_collecting() {
+  stop_marking();
   bool fine = true;
   while (enabled_kinds_ > 0) {
     --enabled_kinds_;
     fine = ok(cuptiActivityDisable(kActivityKinds[enabled_kinds_]), "cuptiActivityDisable") && fine;
+  }
+  while (enabled_domains_ > 0) {
+    --enabled_domains_;
+    fine = ok(cuptiEnableDomain(0, static_cast<CUpti_SubscriberHandle>(subscriber_), kApiDomains[enabled_domains_]),
+              "cuptiEnableDomain") &&
+           fine;
   }
   // Completed records only: the stage timer's end-of-step read has waited for the step's
   // work; records still incomplete come with a later flush (outside every section then).
@@ -229,17 +265,51 @@ void CuptiCollector::release_subscription() {
   subscriber_ = nullptr;
 }
 
-std::optional<StepKernels> CuptiCollector::end_sampled_step(const std::vector<Section>& sections,
-                                                            std::size_t top_k) {
-  if (!collecting_) return std::nullopt;
+bool CuptiCollector::finish_step() {
+  if (!collecting_) return false;
   if (!stop_collecting()) {
     warn_once(warned_lost_, "relax_straggler: kernel records of a sampled step lost (" + last_error_ + ")");
     refuse(last_error_);
-    return std::nullopt;
+    return false;
   }
   ++collected_steps_;
+  return true;
+}
+
+std::optional<StepKernels> CuptiCollector::end_sampled_step(const std::vector<Section>& sections,
+                                                            std::size_t top_k) {
+  if (!finish_step()) return std::nullopt;
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_.summarize(sections, top_k);
+}
+
+std::optional<StepKernels> CuptiCollector::end_observed_step(const std::vector<TimedSection>& timed,
+                                                             std::size_t top_k) {
+  std::vector<IdSection> sections;
+  {
+    std::lock_guard<std::mutex> lock(marks_mu_);
+    if (marking_) {
+      marking_ = false;
+      sections = marks_.sections(timed);
+      dropped_marks_ += marks_.dropped();
+      unmatched_marks_ += marks_.unmatched();
+    }
+  }
+  if (!finish_step()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_.summarize_ids(sections, top_k);
+}
+
+SectionObserver CuptiCollector::section_observer() { return {&CollectorCallbacks::section, this}; }
+
+void CuptiCollector::mark(int stage, bool begin) {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  if (marking_) marks_.mark(stage, begin, g_last_id.load(std::memory_order_relaxed));
+}
+
+void CuptiCollector::stop_marking() {
+  std::lock_guard<std::mutex> lock(marks_mu_);
+  marking_ = false;
 }
 
 void CuptiCollector::shutdown() {

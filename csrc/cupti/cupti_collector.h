@@ -6,8 +6,17 @@
 // flushes CUPTI's buffers into a KernelStats (csrc/cupti/kernel_stats.h), releases the
 // subscription and summarises the step's sections. Nothing is enabled outside sampled steps.
 //
+// Sections: end_sampled_step() takes the sections as time ranges on CUPTI's clock;
+// end_observed_step() takes them from the stage timer itself. The collector is then the
+// timer's section observer (section_observer(), csrc/cupti/section_observer.h): at each
+// section begin and end of a sampled step it records the last correlation id issued in the
+// process (kept from CUPTI's runtime and driver API callbacks, enabled on sampled steps only),
+// and at the step's end each kernel record goes to the section whose id range holds its own
+// (KernelStats::summarize_ids), its idle time measured against the timer's event time.
+//
 // Bounded: CUPTI gets a fixed pool of buffers allocated at construction; a request with none
-// free is declined (CUPTI drops those records and counts them, cupti_dropped_records()).
+// free is declined (CUPTI drops those records and counts them, cupti_dropped_records()). The
+// section marks of a step go into a buffer of max_marks; a full one drops and counts them.
 //
 // Coexistence: CUPTI has one subscriber at a time. When another tool holds it (torch.profiler,
 // Nsight Systems / Compute, cuda-gdb: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED), or the
@@ -32,6 +41,8 @@
 #include <vector>
 
 #include "cupti/kernel_stats.h"
+#include "cupti/section_marks.h"
+#include "cupti/section_observer.h"
 
 namespace relax_straggler::cupti {
 
@@ -39,6 +50,7 @@ struct CollectorConfig {
   std::size_t buffer_bytes = std::size_t{4} << 20;  // each CUPTI buffer (>= 64 KiB, multiple of 8)
   std::size_t num_buffers = 4;                       // the pool lent to CUPTI
   std::size_t max_records = std::size_t{1} << 18;    // records kept per sampled step
+  std::size_t max_marks = 8192;                      // section begin/end marks per sampled step
   std::int64_t retry_after = 50;                     // sampled steps to wait after a refusal (>= 0)
   // Receives each warning (at most one per kind per collector); default: stderr.
   std::function<void(const std::string&)> warn;
@@ -53,8 +65,8 @@ enum class CollectorMode {
 class CuptiCollector {
  public:
   // Allocates the buffer pool; calls nothing in CUPTI. Throws std::invalid_argument on a
-  // bad size (buffer_bytes < 64 KiB or not a multiple of 8, num_buffers or max_records 0,
-  // retry_after < 0).
+  // bad size (buffer_bytes < 64 KiB or not a multiple of 8, num_buffers, max_records or
+  // max_marks 0, retry_after < 0).
   explicit CuptiCollector(CollectorConfig config = {});
   ~CuptiCollector();
   CuptiCollector(const CuptiCollector&) = delete;
@@ -69,6 +81,17 @@ class CuptiCollector {
   // them over `sections` (on CUPTI's clock and stream ids) with the top_k kernels of each.
   // std::nullopt when the step collected nothing (begin returned false, or the flush failed).
   std::optional<StepKernels> end_sampled_step(const std::vector<Section>& sections, std::size_t top_k);
+
+  // Ends the step like end_sampled_step(), summarising the records over the sections this
+  // collector observed (section_observer()) as correlation-id ranges. `timed`: the stage
+  // timer's sections of the step in the order they ended with their event-measured device
+  // ms (StageTimer::last_sections()), the idle time's reference.
+  std::optional<StepKernels> end_observed_step(const std::vector<TimedSection>& timed, std::size_t top_k);
+
+  // The stage timer's section observer feeding end_observed_step(): it records a mark only
+  // between begin_sampled_step() (when it returned true) and the step's end, calls nothing
+  // in CUPTI and takes one mutex. ctx is this collector, which must outlive the timer's use.
+  SectionObserver section_observer();
 
   // Disables what is enabled, flushes every buffer back, unsubscribes and gives up CUPTI's
   // callbacks. Idempotent; the destructor calls it.
@@ -85,9 +108,11 @@ class CuptiCollector {
   std::int64_t cupti_dropped_records() const { return cupti_dropped_; }  // CUPTI had no buffer
   std::int64_t declined_buffer_requests() const { return declined_requests_.load(); }
   std::int64_t foreign_buffers() const { return foreign_buffers_.load(); }  // not ours: not read
+  std::int64_t dropped_marks() const { return dropped_marks_; }      // section marks lost to a full buffer
+  std::int64_t unmatched_marks() const { return unmatched_marks_; }  // a begin or an end without its partner
 
  private:
-  friend struct CollectorCallbacks;  // CUPTI's buffer callbacks (cupti_collector.cpp)
+  friend struct CollectorCallbacks;  // CUPTI's buffer callbacks and the section observer (cupti_collector.cpp)
 
   bool ok(int result, const char* call);  // records a failure in last_error_
   void refuse(const std::string& why);    // back off for retry_after sampled steps
@@ -96,6 +121,9 @@ class CuptiCollector {
   bool claim();  // becomes the collector CUPTI's callbacks serve; false if another is
   bool start_collecting();
   bool stop_collecting();  // disable, flush; false when records were lost
+  bool finish_step();      // stop_collecting() at a step's end; false when nothing to summarise
+  void mark(int stage, bool begin);
+  void stop_marking();
   void release_subscription();
   bool owns(const std::uint8_t* buffer) const;
   void lend(std::uint8_t** buffer, std::size_t* size);
@@ -113,6 +141,7 @@ class CuptiCollector {
   bool owner_ = false;          // holds the process's CUPTI callbacks
   bool registered_ = false;     // our buffer callbacks registered with CUPTI
   int enabled_kinds_ = 0;       // activity kinds enabled, in kActivityKinds order
+  int enabled_domains_ = 0;     // API callback domains enabled, in kApiDomains order
   bool collecting_ = false;
   std::int64_t backoff_left_ = 0;
   std::string last_error_;
@@ -125,6 +154,12 @@ class CuptiCollector {
   std::int64_t cupti_dropped_ = 0;
   std::atomic<std::int64_t> declined_requests_{0};
   std::atomic<std::int64_t> foreign_buffers_{0};
+
+  std::mutex marks_mu_;  // the observer may run on any thread that opens or closes a section
+  SectionMarks marks_;
+  bool marking_ = false;
+  std::int64_t dropped_marks_ = 0;
+  std::int64_t unmatched_marks_ = 0;
 };
 
 }  // namespace relax_straggler::cupti

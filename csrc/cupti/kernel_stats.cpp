@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -185,7 +186,7 @@ bool KernelStats::add(const ActivityRecord& r) {
     role = is_nccl_kernel(r.name) ? kNccl : kCompute;
     name_id = intern(r.name);
   }
-  records_.push_back({r.start_ns, r.end_ns, r.stream_id, name_id, role});
+  records_.push_back({r.start_ns, r.end_ns, r.stream_id, r.correlation_id, name_id, role});
   return true;
 }
 
@@ -251,10 +252,46 @@ StepKernels KernelStats::summarize(const std::vector<Section>& sections, std::si
   groups_.push_back(n);
   attributed_.assign(n, false);
 
+  std::vector<SectionKernels> measured;
+  measured.reserve(sections.size());
+  for (const Section& s : sections) measured.push_back(measure(s, top_k));
+  return counted(std::move(measured));
+}
+
+StepKernels KernelStats::summarize_ids(const std::vector<IdSection>& sections, std::size_t top_k) {
+  for (std::size_t i = 0; i < sections.size(); ++i) {
+    const double d = sections[i].device_ms;
+    if (!std::isnan(d) && !(std::isfinite(d) && d >= 0.0)) {
+      throw std::invalid_argument("KernelStats::summarize_ids: section " + std::to_string(i) + " (stage " +
+                                  std::to_string(sections[i].stage) +
+                                  "): device_ms must be finite and >= 0, or NaN (not measured), got " +
+                                  std::to_string(d));
+    }
+  }
+  // Ids relative to the step's earliest begin, so that a wrap of the 32-bit counter inside
+  // the step keeps their order; a record issued before it sorts last and is in no section.
+  std::uint32_t base = sections.empty() ? 0 : sections.front().begin_id;
+  for (const IdSection& s : sections) {
+    if (id_before(s.begin_id, base)) base = s.begin_id;
+  }
+  const std::size_t n = records_.size();
+  order_.resize(n);
+  for (std::size_t i = 0; i < n; ++i) order_[i] = static_cast<std::uint32_t>(i);
+  std::sort(order_.begin(), order_.end(), [this, base](std::uint32_t a, std::uint32_t b) {
+    const std::uint32_t x = records_[a].correlation_id - base, y = records_[b].correlation_id - base;
+    return x != y ? x < y : a < b;
+  });
+  attributed_.assign(n, false);
+  std::vector<SectionKernels> measured;
+  measured.reserve(sections.size());
+  for (const IdSection& s : sections) measured.push_back(measure_ids(s, base, top_k));
+  return counted(std::move(measured));
+}
+
+StepKernels KernelStats::counted(std::vector<SectionKernels> sections) const {
   StepKernels out;
-  out.sections.reserve(sections.size());
-  for (const Section& s : sections) out.sections.push_back(measure(s, top_k));
-  out.records = static_cast<std::int64_t>(n);
+  out.sections = std::move(sections);
+  out.records = static_cast<std::int64_t>(records_.size());
   out.invalid_records = invalid_;
   out.dropped_records = dropped_;
   out.dropped_names = dropped_names_;
@@ -299,17 +336,57 @@ SectionKernels KernelStats::measure(const Section& s, std::size_t top_k) {
     }
   }
 
+  tally(m, s.begin_ns, s.end_ns, top_k);
+  return m;
+}
+
+SectionKernels KernelStats::measure_ids(const IdSection& s, std::uint32_t base, std::size_t top_k) {
+  SectionKernels m;
+  m.stage = s.stage;
+  m.stream_id = kAnyStream;
+  clipped_.clear();
+  const std::uint32_t lo = s.begin_id - base, hi = s.end_id - base;
+  const auto key = [this, base](std::uint32_t i) { return records_[i].correlation_id - base; };
+  if (hi > lo) {
+    auto k = std::partition_point(order_.begin(), order_.end(), [&](std::uint32_t i) { return key(i) <= lo; });
+    for (; k != order_.end() && key(*k) <= hi; ++k) {
+      const Stored& r = records_[*k];
+      attributed_[*k] = true;
+      clipped_.push_back({r.start_ns, r.end_ns, r.name_id, r.role});
+    }
+  }
+  std::sort(clipped_.begin(), clipped_.end(),
+            [](const Clipped& a, const Clipped& b) { return a.begin_ns < b.begin_ns; });
+  std::uint64_t first = 0, last = 0;  // the span: the records' own extent (none: empty)
+  if (!clipped_.empty()) {
+    first = clipped_.front().begin_ns;
+    for (const Clipped& c : clipped_) last = std::max(last, c.end_ns);
+  }
+  tally(m, first, last, top_k);
+  if (!std::isnan(s.device_ms)) {  // the events saw the whole section, launch gaps at its edges too
+    m.length_ms = s.device_ms;
+    m.idle_ms = std::max(0.0, s.device_ms - m.busy_ms - m.copy_ms);
+  }
+  return m;
+}
+
+void KernelStats::tally(SectionKernels& m, std::uint64_t begin, std::uint64_t end, std::size_t top_k) {
   constexpr unsigned kKernels = (1u << kCompute) | (1u << kNccl);
-  const std::uint64_t length = s.end_ns - s.begin_ns;
-  const Coverage busy = cover(clipped_, kKernels, s.begin_ns, s.end_ns);
-  const Coverage any = cover(clipped_, kKernels | (1u << kCopy), s.begin_ns, s.end_ns);
+  const std::uint64_t length = end - begin;
+  const Coverage busy = cover(clipped_, kKernels, begin, end);
+  const Coverage any = cover(clipped_, kKernels | (1u << kCopy), begin, end);
   m.length_ms = static_cast<double>(length) * kMsPerNs;
   m.busy_ms = static_cast<double>(busy.covered) * kMsPerNs;
-  m.compute_ms = static_cast<double>(cover(clipped_, 1u << kCompute, s.begin_ns, s.end_ns).covered) * kMsPerNs;
-  m.nccl_ms = static_cast<double>(cover(clipped_, 1u << kNccl, s.begin_ns, s.end_ns).covered) * kMsPerNs;
+  m.compute_ms = static_cast<double>(cover(clipped_, 1u << kCompute, begin, end).covered) * kMsPerNs;
+  m.nccl_ms = static_cast<double>(cover(clipped_, 1u << kNccl, begin, end).covered) * kMsPerNs;
   m.copy_ms = static_cast<double>(any.covered - busy.covered) * kMsPerNs;
   m.idle_ms = static_cast<double>(length - any.covered) * kMsPerNs;
   m.longest_idle_ms = static_cast<double>(any.longest_gap) * kMsPerNs;
+  if (!clipped_.empty()) {
+    std::uint64_t last = 0;
+    for (const Clipped& c : clipped_) last = std::max(last, c.end_ns);
+    m.span_ms = static_cast<double>(last - clipped_.front().begin_ns) * kMsPerNs;
+  }
 
   for (const Clipped& c : clipped_) {
     if (c.role == kCopy) continue;
@@ -334,7 +411,6 @@ SectionKernels KernelStats::measure(const Section& s, std::size_t top_k) {
   }
   for (std::uint32_t id : touched_) tallies_[id] = Tally{};
   touched_.clear();
-  return m;
 }
 
 }  // namespace relax_straggler::cupti

@@ -6,6 +6,11 @@
 // the section's stream busy (NCCL kernels apart from compute), the time copies did, the idle
 // rest, and the kernels that took the most time.
 //
+// A section is given either as a time range on the records' clock (Section, summarize()) or as
+// the correlation ids of the API calls made in it (IdSection, summarize_ids()): every record
+// carries the id of the call that launched it, and ids grow in issue order process-wide, so a
+// kernel launched inside a section belongs to it wherever and whenever it ran.
+//
 // Bounded: the record buffer, the kernel-name table and the scratch space of summarize() are
 // sized once at construction. add() never allocates; a full buffer drops the record and counts
 // it. Plain C++17, no CUDA headers. Not thread-safe: the collector serialises add() (called
@@ -14,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -27,7 +33,7 @@ struct ActivityRecord {
   std::uint64_t start_ns = 0;  // GPU timestamps (CUPTI's clock), ns; 0 = not recorded
   std::uint64_t end_ns = 0;
   std::uint32_t stream_id = 0;       // CUPTI's stream id (cuptiGetStreamIdEx)
-  std::uint32_t correlation_id = 0;  // CUPTI's id of the launching API call; not used below
+  std::uint32_t correlation_id = 0;  // CUPTI's id of the launching API call (summarize_ids)
   const char* name = nullptr;        // kernels: mangled or plain name, copied by add()
 };
 
@@ -42,6 +48,20 @@ struct Section {
   std::uint64_t end_ns = 0;  // end_ns <= begin_ns: an empty section
 };
 
+// One stage section of the step as the correlation ids of the API calls made in it:
+// (begin_id, end_id], ids compared modulo 2^32 (the counter may wrap in a long run; a step's
+// ids span less than 2^31). end_id == begin_id: no call was made in it (an empty section).
+struct IdSection {
+  int stage = 0;           // the caller's stage id, copied to the result
+  std::uint32_t begin_id = 0;  // the last id issued before the section began
+  std::uint32_t end_id = 0;    // the last id issued before it ended
+  // The section's device time measured by the stage timer's events, ms; NaN: not measured.
+  double device_ms = std::numeric_limits<double>::quiet_NaN();
+};
+
+// Whether correlation id a was issued before b, modulo 2^32 (ids less than 2^31 apart).
+inline bool id_before(std::uint32_t a, std::uint32_t b) { return ((a - b) & 0x80000000u) != 0; }
+
 // One kernel's share of a section.
 struct KernelTime {
   std::string name;  // demangled and shortened (short_kernel_name)
@@ -52,6 +72,10 @@ struct KernelTime {
 // What the section's stream did, ms. length = busy + copy + idle; busy counts every instant a
 // kernel ran once (overlapping records are not double counted); compute and NCCL are the same
 // union over the non-NCCL and the NCCL kernels alone.
+//
+// An IdSection's records are its own, not clipped: length is its event-measured device time
+// (or, not measured, its span), idle = length - busy - copy clamped at 0 (or, not measured, the
+// gaps inside the span), the longest gap is the longest inside the span.
 struct SectionKernels {
   int stage = 0;
   std::uint32_t stream_id = kAnyStream;
@@ -62,6 +86,7 @@ struct SectionKernels {
   double copy_ms = 0.0;     // a memcpy or memset running, no kernel
   double idle_ms = 0.0;     // nothing running: launch gaps and host stalls
   double longest_idle_ms = 0.0;  // the longest such gap (one host stall or many small gaps)
+  double span_ms = 0.0;          // the section's first record start to its last record end
   std::int64_t kernels = 0;      // kernel records overlapping the section
   std::vector<KernelTime> top;   // by ms descending, then mangled name (a name not kept last)
 };
@@ -93,6 +118,11 @@ class KernelStats {
   // sized at construction; allocates only the answer (and each kernel name's short form, once).
   StepKernels summarize(const std::vector<Section>& sections, std::size_t top_k);
 
+  // The same, per IdSection: a record belongs to each section whose id range holds its
+  // correlation id, on any stream; one in none is unattributed. Throws std::invalid_argument
+  // when a device_ms is negative or infinite (naming the section).
+  StepKernels summarize_ids(const std::vector<IdSection>& sections, std::size_t top_k);
+
   // Forgets the records and the per-step counts (the start of the next sampled step).
   void clear();
 
@@ -108,6 +138,7 @@ class KernelStats {
     std::uint64_t start_ns;
     std::uint64_t end_ns;
     std::uint32_t stream_id;
+    std::uint32_t correlation_id;
     std::uint32_t name_id;  // index into names_, or kNoName
     Role role;
   };
@@ -133,6 +164,11 @@ class KernelStats {
   // Appends the records of stream group [first, last) of order_ overlapping `s`, clipped.
   void clip_group(std::size_t first, std::size_t last, const Section& s);
   SectionKernels measure(const Section& s, std::size_t top_k);
+  // The records whose ids lie in s's range (order_ sorted by id - base, base the earliest begin).
+  SectionKernels measure_ids(const IdSection& s, std::uint32_t base, std::size_t top_k);
+  // Times and top kernels of clipped_ over [begin, end) into m (clipped_ sorted by begin).
+  void tally(SectionKernels& m, std::uint64_t begin, std::uint64_t end, std::size_t top_k);
+  StepKernels counted(std::vector<SectionKernels> sections) const;
 
   std::size_t max_records_ = 0;
   std::size_t max_names_ = 0;
@@ -145,7 +181,7 @@ class KernelStats {
   std::vector<std::string> short_names_;  // per name id (and no_name_), filled on first use
 
   // summarize() scratch, sized at construction.
-  std::vector<std::uint32_t> order_;  // record indices by (stream, start)
+  std::vector<std::uint32_t> order_;  // record indices by (stream, start), or by id (summarize_ids)
   std::vector<std::uint64_t> reach_;  // running max of end_ns along order_, per stream group
   std::vector<std::size_t> groups_;   // where each stream's run of order_ starts, then size
   std::vector<bool> attributed_;      // per record

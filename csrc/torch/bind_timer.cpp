@@ -2,8 +2,10 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <string>
 
 #include "bindings.h"
+#include "cupti/section_observer.h"
 #include "stage_timer.h"
 
 namespace py = pybind11;
@@ -24,6 +26,16 @@ class Section {
   std::shared_ptr<StageTimer> timer_;
   int stage_;
 };
+
+// The observer a capsule from relax_straggler._core.kernels carries (section_observer.h).
+// Raises TypeError for anything else.
+SectionObserver observer_of(const py::object& capsule) {
+  if (!PyCapsule_IsValid(capsule.ptr(), kSectionObserverCapsule)) {
+    throw py::type_error(std::string("set_section_observer: expected a capsule named '") + kSectionObserverCapsule +
+                         "' (relax_straggler._core.kernels), got " + py::repr(capsule).cast<std::string>());
+  }
+  return *static_cast<SectionObserver*>(PyCapsule_GetPointer(capsule.ptr(), kSectionObserverCapsule));
+}
 
 }  // namespace
 
@@ -82,6 +94,21 @@ void bind_timer(py::module_& m) {
       .def_property_readonly("interval", &StageTimer::interval)
       .def("set_interval", &StageTimer::set_interval, py::arg("interval"),
            "Samples every interval-th step from the next begin_step on. Raises ValueError when < 1.")
+      // The capsule stays referenced by the timer (keep_alive): the observer's context lives
+      // at least as long as the timer may call it.
+      .def(
+          "set_section_observer",
+          [](StageTimer& t, const py::object& capsule) { t.set_section_observer(observer_of(capsule)); },
+          py::arg("observer"), py::keep_alive<1, 2>(),
+          "Calls the observer in `observer` (a capsule from relax_straggler._core.kernels) at each begin and end "
+          "of a section timed on a sampled step. Raises TypeError for any other object.")
+      .def(
+          "clear_section_observer", [](StageTimer& t) { t.set_section_observer(SectionObserver{}); },
+          "No observer from now on.")
+      .def_property_readonly("has_section_observer", &StageTimer::has_section_observer)
+      .def_property_readonly("last_sections", &StageTimer::last_sections,
+                             "(stage id, device ms) of the sections completed in the last sampled step read, "
+                             "in the order they ended.")
       .def_property_readonly("device", &StageTimer::device)
       .def_property_readonly("read_points", &StageTimer::read_points)
       .def_property_readonly("events_recorded", &StageTimer::events_recorded)

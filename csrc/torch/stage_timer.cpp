@@ -38,6 +38,7 @@ StageTimer::StageTimer(int num_stages, std::int64_t interval, std::int64_t warmu
   calls_.assign(n, 0);
   lost_.assign(n, false);
   sections_.reserve(max_events / 2);
+  last_sections_.reserve(max_events / 2);
 }
 
 void StageTimer::check_stage(int stage) const {
@@ -84,6 +85,21 @@ StageTimer::Pair* StageTimer::pair_of(std::vector<Pair>& pairs, std::int64_t tok
   return &pairs[index];
 }
 
+void StageTimer::set_section_observer(SectionObserver observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = observer.fn != nullptr ? observer : SectionObserver{};
+}
+
+bool StageTimer::has_section_observer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return observer_.fn != nullptr;
+}
+
+std::vector<std::pair<int, double>> StageTimer::last_sections() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_sections_;
+}
+
 void StageTimer::set_interval(std::int64_t interval) {
   if (interval < 1) throw std::invalid_argument("interval must be >= 1, got " + std::to_string(interval));
   std::lock_guard<std::mutex> lock(mu_);
@@ -112,6 +128,7 @@ void StageTimer::start(int stage) {
   } else {
     host_start_ns_[s] = HostEventPool::now_ns();
     record(slot);
+    if (observer_.fn != nullptr) observer_.fn(observer_.ctx, stage, 1);
   }
   open_slot_[s] = slot;
 }
@@ -127,6 +144,7 @@ void StageTimer::stop(int stage) {
   }
   if (--depth_[s] > 0 || open_slot_[s] == kNoSlot) return;
   record(open_slot_[s] + 1);
+  if (observer_.fn != nullptr) observer_.fn(observer_.ctx, stage, 0);
   host_ms_[s] += static_cast<double>(HostEventPool::now_ns() - host_start_ns_[s]) * 1e-6;
   ++calls_[s];
   sections_.push_back(Pair{stage, open_slot_[s], open_slot_[s] + 1, true, false, 0});
@@ -194,10 +212,12 @@ StepSample StageTimer::end_step() {
 
   out.device_ms.assign(n, 0.0);
   out.waited_ms.assign(n, 0.0);
+  last_sections_.clear();
   for (const Pair& p : sections_) {
     const Interval x{offset_ms(p.start_slot), offset_ms(p.end_slot)};
     const auto s = static_cast<std::size_t>(p.stage);
     out.device_ms[s] += x.end_ms - x.begin_ms;
+    last_sections_.emplace_back(p.stage, x.end_ms - x.begin_ms);
     out.waited_ms[s] += core::covered_ms(x, merged_waits);
   }
   out.host_ms = host_ms_;

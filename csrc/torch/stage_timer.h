@@ -14,6 +14,10 @@
 //                The part of a section covered by waits is reported as waited_ms, so
 //                compute time = device_ms - waited_ms.
 //
+// A section observer (csrc/cupti/section_observer.h; the kernel-record collector of
+// relax_straggler._core) may be told where each timed section begins and ends: on sampled
+// steps only, right after the section's event is recorded. None set: one branch per section.
+//
 // Thread safety: every method may be called from any thread (backward hooks run on
 // autograd worker threads, completion callbacks on communication threads); a mutex
 // guards the sampled-step state and is never taken on non-sampled steps.
@@ -23,9 +27,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "comm_op.h"
+#include "cupti/section_observer.h"
 #include "event_pool.h"
 
 namespace relax_straggler::torch_ext {
@@ -77,6 +83,16 @@ class StageTimer {
   // Closes the current step and reads its events (one synchronize). A non-sampled step
   // returns a sample with sampled == false and reads nothing.
   StepSample end_step();
+
+  // Calls observer.fn(ctx, stage, 1) after recording the start of each section this timer
+  // times and observer.fn(ctx, stage, 0) after its end, on sampled steps only (not for a
+  // section lost to a full pool, nor for re-entries); fn == nullptr clears it. The caller
+  // keeps ctx alive while it is set.
+  void set_section_observer(SectionObserver observer);
+  bool has_section_observer();
+  // The sections completed in the last sampled step end_step() read, in the order they ended
+  // (the observer's ends): (stage id, device ms).
+  std::vector<std::pair<int, double>> last_sections();
 
   int num_stages() const { return num_stages_; }
   std::int64_t interval() const { return interval_; }
@@ -134,6 +150,8 @@ class StageTimer {
   std::vector<Pair> sections_;
   std::vector<Pair> comms_;
   std::vector<Pair> waits_;
+  SectionObserver observer_;                        // guarded by mu_
+  std::vector<std::pair<int, double>> last_sections_;  // capacity max_events / 2
 
   std::int64_t read_points_ = 0;
   std::int64_t events_recorded_ = 0;

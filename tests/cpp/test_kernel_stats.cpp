@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <new>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "cupti/kernel_stats.h"
+#include "cupti/section_marks.h"
 
 // This test binary's one replacement of the global operator new: it counts allocations so
 // that a test can show add() never allocates.
@@ -23,8 +25,12 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// GCC, inlining these pairs, takes malloc/free for a mismatch with new/delete.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace {
 
@@ -352,6 +358,198 @@ TEST(KernelStats, AddingRecordsIsLinearAndNeverAllocates) {
   EXPECT_NEAR(only(step).busy_ms, static_cast<double>(kLarge) * 900 * 1e-6, 1e-6);
   EXPECT_NEAR(only(step).nccl_ms, static_cast<double>(kLarge / 6) * 900 * 1e-6, 1e-3);
   EXPECT_EQ(only(step).top.size(), 3u);
+}
+
+// Sections by correlation id: a record belongs to the section whose (begin_id, end_id] holds
+// the id of the call that launched it.
+
+rs::ActivityRecord launched(std::uint32_t id, double start_ms, double end_ms, const char* name = "k",
+                            std::uint32_t stream = kStream) {
+  return {rs::ActivityKind::kKernel, at(start_ms), at(end_ms), stream, id, name};
+}
+
+rs::IdSection ids(int stage, std::uint32_t begin_id, std::uint32_t end_id, double device_ms = NAN) {
+  rs::IdSection s;
+  s.stage = stage;
+  s.begin_id = begin_id;
+  s.end_id = end_id;
+  s.device_ms = device_ms;
+  return s;
+}
+
+TEST(KernelStatsByIds, InterleavedIdsAndOutOfOrderRecordsGoToTheirSections) {
+  rs::KernelStats stats(16);
+  // Section 0 launched ids 11..20, section 1 ids 21..30. The records come back in no order
+  // (CUPTI delivers buffers per stream) and run interleaved on two streams.
+  stats.add(launched(23, 2, 4, "b", 3));
+  stats.add(launched(12, 0, 2, "a"));
+  stats.add(launched(25, 6, 7, "b", 3));
+  stats.add(launched(15, 3, 5, "a"));
+  stats.add(launched(30, 7, 8, "b", 3));
+  stats.add(launched(11, 1, 3, "a"));
+  const auto step = stats.summarize_ids({ids(0, 10, 20), ids(1, 20, 30)}, 5);
+  ASSERT_EQ(step.sections.size(), 2u);
+  const auto& a = step.sections[0];
+  EXPECT_EQ(a.kernels, 3);
+  EXPECT_EQ(a.stream_id, rs::kAnyStream);
+  EXPECT_DOUBLE_EQ(a.span_ms, 5.0);  // 0 .. 5
+  EXPECT_NEAR(a.busy_ms, 5.0, 1e-9);  // [0,3] u [3,5]
+  EXPECT_NEAR(a.idle_ms, 0.0, 1e-9);
+  const auto& b = step.sections[1];
+  EXPECT_EQ(b.kernels, 3);
+  EXPECT_NEAR(b.span_ms, 6.0, 1e-9);  // 2 .. 8
+  EXPECT_NEAR(b.busy_ms, 4.0, 1e-9);  // [2,4] u [6,8]
+  EXPECT_NEAR(b.idle_ms, 2.0, 1e-9);  // not measured: the gap inside the span
+  EXPECT_NEAR(b.longest_idle_ms, 2.0, 1e-9);
+  EXPECT_NEAR(b.length_ms, 6.0, 1e-9);
+  ASSERT_EQ(b.top.size(), 1u);
+  EXPECT_EQ(b.top[0].name, "b");
+  EXPECT_EQ(b.top[0].calls, 3);
+  EXPECT_EQ(step.unattributed_records, 0);
+}
+
+TEST(KernelStatsByIds, AKernelRunningAfterTheNextSectionBeganStaysWithItsOwn) {
+  rs::KernelStats stats(16);
+  // Section 0 (ids 1..4) queued a long kernel that ran only after section 1 (ids 5..9) had
+  // begun on the host and its first kernel had run: a time range would give it to section 1.
+  stats.add(launched(2, 0, 2));
+  stats.add(launched(4, 12, 20, "late"));
+  stats.add(launched(6, 10, 12));
+  const auto step = stats.summarize_ids({ids(0, 0, 4, 25.0), ids(1, 4, 9, 12.0)}, 5);
+  const auto& first = step.sections[0];
+  EXPECT_EQ(first.kernels, 2);
+  EXPECT_NEAR(first.span_ms, 20.0, 1e-9);
+  EXPECT_NEAR(first.busy_ms, 10.0, 1e-9);
+  EXPECT_DOUBLE_EQ(first.length_ms, 25.0);  // the events' time
+  EXPECT_NEAR(first.idle_ms, 15.0, 1e-9);   // 25 measured - 10 busy
+  const auto& second = step.sections[1];
+  EXPECT_EQ(second.kernels, 1);
+  EXPECT_NEAR(second.busy_ms, 2.0, 1e-9);
+  EXPECT_NEAR(second.idle_ms, 10.0, 1e-9);
+  // Busy beyond the measured time (kernels on another stream than the events'): idle is 0.
+  const auto over = stats.summarize_ids({ids(0, 0, 4, 3.0)}, 5);
+  EXPECT_DOUBLE_EQ(over.sections[0].idle_ms, 0.0);
+  EXPECT_EQ(over.unattributed_records, 1);
+}
+
+TEST(KernelStatsByIds, AnEmptySectionAndNestedSections) {
+  rs::KernelStats stats(16);
+  stats.add(launched(3, 1, 2));
+  stats.add(launched(5, 2, 4, "attn"));
+  stats.add({rs::ActivityKind::kMemcpy, at(5), at(6), kStream, 6, nullptr});
+  // Forward (ids 0..8) holds attention (ids 4..5); the optimizer launched nothing (8..8).
+  const auto step = stats.summarize_ids({ids(6, 4, 5), ids(0, 0, 8, 10.0), ids(2, 8, 8, 4.0), ids(3, 8, 8)}, 5);
+  ASSERT_EQ(step.sections.size(), 4u);
+  EXPECT_EQ(step.sections[0].kernels, 1);  // attention, inside forward
+  EXPECT_EQ(step.sections[1].kernels, 2);  // forward counts it too
+  EXPECT_NEAR(step.sections[1].busy_ms, 3.0, 1e-9);
+  EXPECT_NEAR(step.sections[1].copy_ms, 1.0, 1e-9);
+  EXPECT_NEAR(step.sections[1].idle_ms, 6.0, 1e-9);  // 10 - 3 busy - 1 copy
+  const auto& empty = step.sections[2];
+  EXPECT_EQ(empty.kernels, 0);
+  EXPECT_DOUBLE_EQ(empty.busy_ms, 0.0);
+  EXPECT_DOUBLE_EQ(empty.span_ms, 0.0);
+  EXPECT_DOUBLE_EQ(empty.length_ms, 4.0);
+  EXPECT_DOUBLE_EQ(empty.idle_ms, 4.0);  // measured, nothing ran: all idle
+  EXPECT_DOUBLE_EQ(step.sections[3].idle_ms, 0.0);  // not measured either: all zeros
+  EXPECT_DOUBLE_EQ(step.sections[3].length_ms, 0.0);
+  EXPECT_EQ(step.unattributed_records, 0);
+}
+
+TEST(KernelStatsByIds, OutsideRecordsInvalidTimesAndOverflowAreCounted) {
+  rs::KernelStats stats(3);
+  EXPECT_FALSE(stats.add({rs::ActivityKind::kKernel, 0, at(1), kStream, 2, "k"}));  // invalid
+  EXPECT_TRUE(stats.add(launched(2, 0, 1)));
+  EXPECT_TRUE(stats.add(launched(9, 1, 2)));   // after every section
+  EXPECT_TRUE(stats.add(launched(1, 1, 2)));   // before every section (and at the begin id)
+  EXPECT_FALSE(stats.add(launched(3, 2, 3)));  // the buffer is full
+  const auto step = stats.summarize_ids({ids(0, 1, 5)}, 5);
+  EXPECT_EQ(step.sections[0].kernels, 1);
+  EXPECT_EQ(step.records, 3);
+  EXPECT_EQ(step.invalid_records, 1);
+  EXPECT_EQ(step.dropped_records, 1);
+  EXPECT_EQ(step.unattributed_records, 2);
+  EXPECT_THROW(stats.summarize_ids({ids(0, 1, 5, -1.0)}, 5), std::invalid_argument);
+  EXPECT_THROW(stats.summarize_ids({ids(0, 1, 5, INFINITY)}, 5), std::invalid_argument);
+}
+
+TEST(KernelStatsByIds, TheIdCounterMayWrapInsideAStep) {
+  rs::KernelStats stats(8);
+  stats.add(launched(0xfffffffeu, 0, 1));
+  stats.add(launched(0xffffffffu, 1, 2));
+  stats.add(launched(3, 2, 4));
+  stats.add(launched(7, 4, 5));
+  const auto step = stats.summarize_ids({ids(0, 0xfffffff0u, 2), ids(1, 2, 10)}, 5);
+  EXPECT_EQ(step.sections[0].kernels, 2);
+  EXPECT_EQ(step.sections[1].kernels, 2);
+  EXPECT_EQ(step.unattributed_records, 0);
+}
+
+TEST(SectionMarks, MarksBecomeIdRangesInEndOrderWithTheTimersTimes) {
+  rs::SectionMarks marks(16);
+  marks.mark(0, true, 10);   // forward begins
+  marks.mark(6, true, 14);   // attention inside it
+  marks.mark(6, false, 17);
+  marks.mark(0, false, 20);
+  marks.mark(1, true, 20);   // backward: marked from a thread whose last call is older
+  marks.mark(1, false, 12);  // raised to 20: the range never runs backwards
+  const auto s = marks.sections({{6, 1.5}, {0, 8.0}, {1, 3.0}});
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].stage, 6);
+  EXPECT_EQ(s[0].begin_id, 14u);
+  EXPECT_EQ(s[0].end_id, 17u);
+  EXPECT_DOUBLE_EQ(s[0].device_ms, 1.5);
+  EXPECT_EQ(s[1].stage, 0);
+  EXPECT_EQ(s[1].begin_id, 10u);
+  EXPECT_EQ(s[1].end_id, 20u);
+  EXPECT_DOUBLE_EQ(s[1].device_ms, 8.0);
+  EXPECT_EQ(s[2].begin_id, 20u);
+  EXPECT_EQ(s[2].end_id, 20u);  // empty
+  EXPECT_EQ(marks.unmatched(), 0);
+  // A time of another stage at the same place is not taken; none given reads NaN.
+  const auto mismatched = marks.sections({{6, 1.5}, {2, 8.0}});
+  EXPECT_TRUE(std::isnan(mismatched[1].device_ms));
+  EXPECT_TRUE(std::isnan(mismatched[2].device_ms));
+}
+
+TEST(SectionMarks, UnmatchedMarksAreLeftOutAndAFullBufferDrops) {
+  rs::SectionMarks marks(4);
+  marks.mark(2, false, 5);  // an end without its begin
+  marks.mark(0, true, 6);
+  marks.mark(0, false, 8);
+  marks.mark(1, true, 9);   // still open at the step end
+  EXPECT_FALSE(marks.mark(1, false, 10));  // full
+  EXPECT_EQ(marks.dropped(), 1);
+  const auto s = marks.sections({{2, 1.0}, {0, 2.0}});
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].stage, 0);
+  EXPECT_DOUBLE_EQ(s[0].device_ms, 2.0);  // the second end: the timer's second section
+  EXPECT_EQ(marks.unmatched(), 2);
+  marks.clear();
+  EXPECT_EQ(marks.size(), 0u);
+  EXPECT_EQ(marks.dropped(), 0);
+  marks.mark(0, true, 3);  // ids kept growing: an older one is raised to the last mark's
+  marks.mark(0, false, 4);
+  const auto next = marks.sections({});
+  EXPECT_EQ(next[0].begin_id, 9u);
+  EXPECT_EQ(next[0].end_id, 9u);
+  EXPECT_THROW(rs::SectionMarks{0}, std::invalid_argument);
+}
+
+TEST(SectionMarks, MarkingNeverAllocatesAndTheLastIdOnlyGrows) {
+  rs::SectionMarks marks(1024);
+  const long before = g_allocations.load();
+  for (std::uint32_t i = 0; i < 1100; ++i) marks.mark(static_cast<int>(i % 4), i % 2 == 0, i);
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  EXPECT_EQ(marks.dropped(), 1100 - 1024);
+
+  std::atomic<std::uint32_t> last{0};
+  rs::advance_last_id(last, 0xfffffff0u);  // the first id is taken whatever it is
+  EXPECT_EQ(last.load(), 0xfffffff0u);
+  rs::advance_last_id(last, 0xffffff00u);  // older
+  EXPECT_EQ(last.load(), 0xfffffff0u);
+  rs::advance_last_id(last, 5);  // after the wrap
+  EXPECT_EQ(last.load(), 5u);
 }
 
 }  // namespace

@@ -43,6 +43,9 @@ TEST(CuptiCollector, BadConfigurationsAreRejected) {
   EXPECT_THROW(rs::CuptiCollector{none}, std::invalid_argument);
   auto negative = quiet(w, -1);
   EXPECT_THROW(rs::CuptiCollector{negative}, std::invalid_argument);
+  auto no_marks = quiet(w);
+  no_marks.max_marks = 0;
+  EXPECT_THROW(rs::CuptiCollector{no_marks}, std::invalid_argument);
 }
 
 TEST(CuptiCollector, ConstructionAndShutdownCallNothing) {
@@ -50,6 +53,7 @@ TEST(CuptiCollector, ConstructionAndShutdownCallNothing) {
   rs::CuptiCollector c(quiet(w));
   EXPECT_EQ(c.mode(), rs::CollectorMode::kKernels);  // nothing tried yet
   EXPECT_FALSE(c.end_sampled_step({}, 5).has_value());  // no step begun
+  EXPECT_FALSE(c.end_observed_step({}, 5).has_value());
   c.shutdown();
   c.shutdown();
   EXPECT_TRUE(c.last_error().empty());
@@ -72,6 +76,30 @@ TEST(CuptiCollector, WithoutADriverItIsUnavailableAndStaysQuiet) {
   ASSERT_EQ(w.size(), 1u);  // warned once
   EXPECT_NE(w[0].find("CUDA events only"), std::string::npos) << w[0];
   c.shutdown();
+}
+
+TEST(CuptiCollector, TheSectionObserverMarksNothingOutsideACollectingStep) {
+  std::vector<std::string> w;
+  rs::CuptiCollector c(quiet(w));
+  const relax_straggler::SectionObserver observer = c.section_observer();
+  ASSERT_NE(observer.fn, nullptr);
+  EXPECT_EQ(observer.ctx, static_cast<void*>(&c));
+  observer.fn(observer.ctx, 0, 1);  // before any step: ignored, and no CUPTI call
+  observer.fn(observer.ctx, 0, 0);
+  EXPECT_FALSE(c.end_observed_step({{0, 1.0}}, 5).has_value());
+  EXPECT_EQ(c.unmatched_marks(), 0);
+  EXPECT_EQ(c.dropped_marks(), 0);
+  EXPECT_TRUE(c.last_error().empty());
+  if (!have_driver()) {
+    EXPECT_FALSE(c.begin_sampled_step());  // unavailable: the marks of this step are ignored too
+    observer.fn(observer.ctx, 1, 1);
+    observer.fn(observer.ctx, 1, 0);
+    EXPECT_FALSE(c.end_observed_step({{1, 1.0}}, 5).has_value());
+    EXPECT_EQ(c.unmatched_marks(), 0);
+  }
+  c.shutdown();
+  observer.fn(observer.ctx, 0, 1);  // after shutdown: still ignored
+  EXPECT_TRUE(w.size() <= 1u);
 }
 
 TEST(CuptiCollector, AnActiveProfilerIsBackedOffFromAndRetried) {
@@ -122,6 +150,17 @@ TEST(CuptiCollector, WithADriverAStepCollectsOrBacksOff) {
     EXPECT_EQ(step->sections.size(), 1u);
     EXPECT_EQ(c.collected_steps(), 1);
     EXPECT_EQ(c.mode(), rs::CollectorMode::kKernels);
+    // A step whose sections the collector observed: one section, no kernel launched in it.
+    ASSERT_TRUE(c.begin_sampled_step());
+    const relax_straggler::SectionObserver observer = c.section_observer();
+    observer.fn(observer.ctx, 3, 1);
+    observer.fn(observer.ctx, 3, 0);
+    const auto observed = c.end_observed_step({{3, 0.5}}, 5);
+    ASSERT_TRUE(observed.has_value()) << c.last_error();
+    ASSERT_EQ(observed->sections.size(), 1u);
+    EXPECT_EQ(observed->sections[0].stage, 3);
+    EXPECT_DOUBLE_EQ(observed->sections[0].length_ms, 0.5);
+    EXPECT_EQ(c.unmatched_marks(), 0);
   } else {
     EXPECT_NE(c.mode(), rs::CollectorMode::kKernels) << c.last_error();
   }

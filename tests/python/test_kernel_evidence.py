@@ -4,6 +4,7 @@ metrics, the confirmed verdict's cause, and the analyzer end to end (losses unto
 
 import logging
 import math
+import time
 
 import numpy as np
 import pytest
@@ -11,9 +12,9 @@ import torch
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler._ext import core
+from relax_straggler._ext import core, ext
 from relax_straggler.confirm import CAUSES, ConfirmedVerdict
-from relax_straggler.kernel_evidence import SyntheticKernelSource, open_source
+from relax_straggler.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_source
 from relax_straggler.payload import KERNEL_FIELDS, ROW_LEN, KernelMatrix, pack, unpack
 from relax_straggler.report import build_report
 from relax_straggler.stages import STAGES, stage_id
@@ -285,6 +286,91 @@ def test_the_flag_on_a_build_without_cupti_warns_once_and_runs_on_events(caplog)
     assert len(reports) == 6
     assert all(math.isnan(m["straggler/forward/kernel_ms"]) for m in reports)
     assert all(not math.isnan(m["straggler/forward/local_ms"]) for m in reports)
+
+
+class StandInCollector:
+    """CuptiCollector's interface over the engine's SectionRecorder and KernelStats, on any
+    build: the test issues the correlation ids and adds the records CUPTI would deliver."""
+
+    mode = "kernels"
+
+    def __init__(self, begin_ok=True):
+        self.recorder = core().kernels.SectionRecorder()
+        self.stats = core().kernels.KernelStats(64)
+        self.begin_ok = begin_ok
+        self.shutdowns = 0
+
+    def section_observer(self):
+        return self.recorder.observer()
+
+    def begin_sampled_step(self, profiler_active):
+        self.recorder.clear()
+        self.stats.clear()
+        return self.begin_ok
+
+    def end_observed_step(self, timed, top_k):
+        return self.stats.summarize_ids(self.recorder.sections(timed), top_k)
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_the_cupti_source_attributes_records_by_id_to_the_timers_sections():
+    timer = ext().StageTimer(len(STAGES), 1)
+    collector = StandInCollector()
+    source = CuptiKernelSource(timer, collector)
+    assert timer.has_section_observer
+    assert timer.begin_step(0)
+    source.begin_step(0)
+    with timer.section(FORWARD):
+        collector.stats.add("kernel", 10 * MS, 14 * MS, 0, GEMM, collector.recorder.issue())
+        collector.stats.add("kernel", 14 * MS, 15 * MS, 0, NCCL, collector.recorder.issue())
+        time.sleep(0.010)
+    collector.stats.add("kernel", 15 * MS, 16 * MS, 0, GEMM, collector.recorder.issue())  # after the section
+    timer.end_step()
+    k = source.end_step(0)
+    (stage, device_ms), = timer.last_sections
+    assert stage == FORWARD and device_ms >= 10.0 * 0.95
+    assert k.kernel_ms[FORWARD] == pytest.approx(4.0)
+    assert k.nccl_ms[FORWARD] == pytest.approx(1.0)
+    assert k.idle_ms[FORWARD] == pytest.approx(device_ms - 5.0)  # the events' time less the kernels'
+    assert np.isnan(k.kernel_ms[BACKWARD])
+    assert k.unattributed_records == 1
+    source.close()
+    source.close()
+    assert not timer.has_section_observer
+    assert collector.shutdowns == 1
+
+
+def test_a_step_the_collector_declines_is_not_measured():
+    timer = ext().StageTimer(len(STAGES), 1)
+    source = CuptiKernelSource(timer, StandInCollector(begin_ok=False))
+    timer.begin_step(0)
+    source.begin_step(0)
+    with timer.section(FORWARD):
+        pass
+    timer.end_step()
+    assert source.end_step(0) is None
+    source.close()
+
+
+@pytest.mark.skipif(core().kernels.WITH_CUPTI, reason="this build has CUPTI")
+def test_without_cupti_there_is_no_cupti_source_even_over_a_timer():
+    timer = ext().StageTimer(len(STAGES), 1)
+    assert open_source(timer) is None
+    with pytest.raises(RuntimeError, match="without CUPTI"):
+        CuptiKernelSource(timer)
+    assert not timer.has_section_observer
+
+
+@pytest.mark.skipif(not core().kernels.WITH_CUPTI, reason="this build has no CUPTI")
+def test_with_cupti_a_cpu_timer_gets_no_source_and_a_cuda_one_does(caplog):
+    assert open_source(ext().StageTimer(len(STAGES), 1)) is None  # CPU timing: no kernels
+    if torch.cuda.is_available():
+        timer = ext().StageTimer(len(STAGES), 1, use_cuda=True)
+        source = open_source(timer)
+        assert isinstance(source, CuptiKernelSource) and timer.has_section_observer
+        source.close()
 
 
 def test_a_source_without_the_flag_is_refused():
