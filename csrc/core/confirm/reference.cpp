@@ -50,81 +50,6 @@ void set_medians(GroupReference& g, double lower, double upper, double next, std
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Orders two vectors lane by lane: a gets the smaller of each pair, b the larger, as a
-// permutation of the pair (an equal pair stays as it was). zero: opaque_zero() in every
-// lane; b | zero keeps the compiler from sharing one compare between the two selections
-// (a compare and two blends) so that each is one vminpd / vmaxpd.
-inline __attribute__((always_inline)) void order(V4& a, V4& b, const M4& zero) {
-  const V4 b_again = reinterpret_cast<V4>(reinterpret_cast<M4>(b) | zero);
-  const V4 lo = a < b ? a : b;
-  b = b_again > a ? b_again : a;
-  a = lo;
-}
-
-// Compare-exchanges (lower row, upper row) of two networks over N rows (N a power of two),
-// in order, passed to f. The sort: Batcher's odd-even merge sort (1968), 19, 63 and 191
-// compare-exchanges for 8, 16 and 32 rows (a bitonic sort takes 24, 80 and 240). The
-// merge: the bitonic merge, which sorts a sequence that falls and then rises (N / 2 log N).
-template <std::size_t N, class F>
-constexpr void odd_even_merge_sort(F&& f) {
-  for (std::size_t p = 1; p < N; p <<= 1) {
-    for (std::size_t k = p; k >= 1; k >>= 1) {
-      for (std::size_t j = k % p; j + k < N; j += 2 * k) {
-        for (std::size_t i = 0; i < k && i + j + k < N; ++i) {
-          if ((i + j) / (2 * p) == (i + j + k) / (2 * p)) f(i + j, i + j + k);
-        }
-      }
-    }
-  }
-}
-
-template <std::size_t N, class F>
-constexpr void bitonic_merge(F&& f) {
-  for (std::size_t j = N / 2; j > 0; j >>= 1) {
-    for (std::size_t i = 0; i < N; ++i) {
-      if ((i & j) == 0) f(i, i | j);
-    }
-  }
-}
-
-// A network as constant tables: the unrolled code indexes v by constants, with no index
-// arithmetic or branch per compare-exchange.
-template <std::size_t N, bool kMerge>
-struct Network {
-  template <class F>
-  static constexpr void visit(F&& f) {
-    if constexpr (kMerge) {
-      bitonic_merge<N>(f);
-    } else {
-      odd_even_merge_sort<N>(f);
-    }
-  }
-  static constexpr std::size_t size() {
-    std::size_t n = 0;
-    visit([&n](std::size_t, std::size_t) { ++n; });
-    return n;
-  }
-  std::size_t lo[size()] = {}, hi[size()] = {};
-  constexpr Network() {
-    std::size_t n = 0;
-    visit([this, &n](std::size_t a, std::size_t b) {
-      lo[n] = a;
-      hi[n] = b;
-      ++n;
-    });
-  }
-};
-
-// Sorts v[0, N) ascending lane by lane (kMerge: v falls and then rises in every lane), no
-// branch on the data (+inf pads sort last).
-template <std::size_t N, bool kMerge>
-inline __attribute__((always_inline)) void sort(V4* v, const M4& zero) {
-  static constexpr Network<N, kMerge> kNetwork;
-  constexpr std::size_t kSize = Network<N, kMerge>::size();
-#pragma GCC unroll 256
-  for (std::size_t c = 0; c < kSize; ++c) order(v[kNetwork.lo[c]], v[kNetwork.hi[c]], zero);
-}
-
 // references_of_rows for the stages s0 .. s0 + 3 below S, N >= take the network size: each
 // stage one lane of a vector, so every row's times are loaded straight from the matrix (no
 // stage-minor copy) and the four columns sorted together.
@@ -152,7 +77,7 @@ RS_AVX2_CLONE void references_of_lanes(const double* ms, std::size_t S, std::siz
   }
   const long long z = opaque_zero();
   const M4 zero = {z, z, z, z};
-  sort<N, false>(v, zero);
+  sort_lanes<N, false>(v, zero);
   V4 median = {1.0, 1.0, 1.0, 1.0};  // lanes without a spread divide by 1 (read nowhere)
   std::size_t count[4];
   for (std::size_t l = 0; l < width; ++l) {
@@ -171,18 +96,19 @@ RS_AVX2_CLONE void references_of_lanes(const double* ms, std::size_t S, std::siz
     set_medians(g, v[m - 1][l], upper, c % 2 == 1 ? v[std::min(m + 1, N - 1)][l] : upper, c, exact);
     if (g.median > 0.0) median[l] = g.median;
   }
-  // The spread: |t / median - 1| over a sorted column falls to the median and rises after
-  // it (division and subtraction round monotonically), and the +inf pads keep rising: a
-  // bitonic sequence, which one bitonic merge (N / 2 log N compare-exchanges) sorts.
+  // The spread: |t - median| over a sorted column falls to the median and rises after it
+  // (subtraction rounds monotonically), and the +inf pads keep rising: a bitonic sequence,
+  // which one bitonic merge (N / 2 log N compare-exchanges) sorts. One division per stage
+  // then makes it relative.
   const M4 magnitude = ~M4{0, 0, 0, 0} & 0x7fffffffffffffffLL;
   for (std::size_t i = 0; i < take; ++i) {
-    v[i] = reinterpret_cast<V4>(reinterpret_cast<M4>(v[i] / median - 1.0) & magnitude);  // fabs
+    v[i] = reinterpret_cast<V4>(reinterpret_cast<M4>(v[i] - median) & magnitude);  // fabs
   }
-  sort<N, true>(v, zero);
+  sort_lanes<N, true>(v, zero);
   for (std::size_t l = 0; l < width; ++l) {
     GroupReference& g = out[s0 + l];
     if (count[l] < 2 || !(g.median > 0.0)) continue;
-    g.mad = v[count[l] / 2][l] * mad_correction(count[l]);
+    g.mad = v[count[l] / 2][l] / g.median * mad_correction(count[l]);
   }
 }
 
@@ -210,13 +136,13 @@ GroupReference reference_of(std::vector<double>& values, bool exact) {
   const double next = n % 2 == 1 ? *std::min_element(mid + 1, values.end()) : upper;  // order statistic m + 1
   set_medians(g, lower, upper, next, n, exact);
   if (g.median > 0.0) {
-    for (double& x : values) x = std::fabs(x / g.median - 1.0);
+    for (double& x : values) x = std::fabs(x - g.median);
     if (small) {
       insertion_sort(values);
     } else {
       std::nth_element(values.begin(), mid, values.end());
     }
-    g.mad = values[m] * mad_correction(n);
+    g.mad = values[m] / g.median * mad_correction(n);
   }
   return g;
 }

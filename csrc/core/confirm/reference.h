@@ -22,9 +22,10 @@ struct GroupReference {
   double above = std::numeric_limits<double>::quiet_NaN();
   double below = std::numeric_limits<double>::quiet_NaN();
   double at = std::numeric_limits<double>::quiet_NaN();
-  // Relative spread this report: median over the values of |t / median - 1| (the MAD
-  // of the ratios) with its small-sample correction, dimensionless; NaN with fewer than
-  // two values.
+  // Relative spread this report: the median of |t - median| over the values, divided by
+  // the median (the MAD of the ratios t / median, computed with one division instead of
+  // one per value; the last bit may differ from the median of |t / median - 1|), with its
+  // small-sample correction, dimensionless; NaN with fewer than two values.
   double mad = std::numeric_limits<double>::quiet_NaN();
 
   // The reference of a rank whose time is t (ms).

@@ -14,6 +14,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMadToSigma = 1.4826;  // MAD of a normal distribution x 1.4826 = its sigma
+constexpr std::size_t kNoiseLanes = 8;  // noise rings per vector (F8)
 
 // ORs into above / under the lanes of row[s] > hi[s] / row[s] < lo[s] for the stages
 // s < n / 4 x 4 (a NaN time, a stage not run, lies inside: NaN compares false). Four
@@ -87,6 +88,34 @@ std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, con
   return n;
 }
 
+// The median of the first due[l] entries of each lane's ring (lane l of kNoiseLanes
+// interleaved rings of mem floats, +inf past the filled entries; due[l] 0: not wanted) into
+// median[l]: the rings sorted together by one network of N >= mem rows, padded with +inf.
+template <std::size_t N>
+RS_AVX2_CLONE void ring_medians_of(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+  const float inf = std::numeric_limits<float>::infinity();
+  F8 v[N];
+  for (std::size_t i = 0; i < N; ++i) {
+    if (i < mem) {
+      std::memcpy(&v[i], block + i * kNoiseLanes, sizeof v[i]);
+    } else {
+      v[i] = F8{inf, inf, inf, inf, inf, inf, inf, inf};
+    }
+  }
+  const int z = static_cast<int>(opaque_zero());
+  sort_lanes<N, false>(v, M8{z, z, z, z, z, z, z, z});
+  for (std::size_t l = 0; l < kNoiseLanes; ++l) median[l] = v[static_cast<std::size_t>(due[l]) / 2][l];
+}
+
+void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+  if (mem <= 2) return ring_medians_of<2>(block, mem, due, median);
+  if (mem <= 4) return ring_medians_of<4>(block, mem, due, median);
+  if (mem <= 8) return ring_medians_of<8>(block, mem, due, median);
+  if (mem <= 16) return ring_medians_of<16>(block, mem, due, median);
+  if (mem <= 32) return ring_medians_of<32>(block, mem, due, median);
+  ring_medians_of<64>(block, mem, due, median);
+}
+
 }  // namespace
 
 ConfirmTracker::ConfirmTracker(ConfirmConfig config) : cfg_(std::move(config)) { cfg_.validate(); }
@@ -151,8 +180,12 @@ void ConfirmTracker::layout(const StepMatrix& m, const std::vector<std::int32_t>
   refs_.assign(GS, GroupReference{});
   hi_.assign(GS, kInf);
   lo_.assign(GS, -kInf);
-  noise_ring_.assign(GS * static_cast<std::size_t>(cfg_.noise_memory), 0.0f);
+  const std::size_t blocks = (GS + kNoiseLanes - 1) / kNoiseLanes;
+  noise_ring_.assign(blocks * kNoiseLanes * static_cast<std::size_t>(cfg_.noise_memory),
+                     std::numeric_limits<float>::infinity());
   noise_count_.assign(GS, 0);
+  noise_slot_.assign(GS, 0);
+  noise_due_.assign(blocks * kNoiseLanes, 0);
   sigma_.assign(GS, cfg_.min_noise);
   busy_.assign(GS, 0);
   spike_rate_.assign(GS, 0.0);
@@ -170,13 +203,6 @@ void ConfirmTracker::take_window(const WindowEvidence& w) {
   window_rank_.clear();
   for (std::size_t i = 0; i < window_.anomalies.size(); ++i) window_rank_[window_.anomalies[i].rank] = i;
 }
-
-bool ConfirmTracker::judged(std::size_t gs) const {
-  const GroupReference& g = refs_[gs];
-  return noise_count_[gs] >= cfg_.min_reports && g.count >= 2 && g.median > 0.0;
-}
-
-double ConfirmTracker::sigma(std::size_t gs) const { return sigma_[gs]; }
 
 void ConfirmTracker::references(const double* ms) {
   const std::size_t S = stages_.size();
@@ -212,14 +238,19 @@ void ConfirmTracker::references(const double* ms) {
         if (roles_[s] == Role::kCompute) compute_ms += refs_[gs].median;
         if (roles_[s] == Role::kCollective) collective_ms = std::max(collective_ms, refs_[gs].median);
       }
-      hi_[gs] = kInf;
-      lo_[gs] = -kInf;
+      hi_[gs] = hi_ms_[gs] = kInf;
+      lo_[gs] = lo_ms_[gs] = -kInf;
       if (!judged(gs) || roles_[s] == Role::kP2p || !judged_stage(s)) continue;
-      const double med = refs_[gs].median, band = cfg_.noise_sigmas * sigma(gs);
+      const GroupReference& ref = refs_[gs];
+      const double med = ref.median, band = cfg_.noise_sigmas * sigma(gs);
       // Minimum effect (RFC rule) and noise band, both as ratios to the reference.
       hi_[gs] = std::max(std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / med), 1.0 + band);
+      // The same bands in ms for scan: a rank is slow only above the median, where its
+      // leave-one-out reference is `above` (or `at`), and late only below it.
+      hi_ms_[gs] = hi_[gs] * std::min(ref.above, ref.at);
       if (roles_[s] == Role::kCollective) {
         lo_[gs] = std::min(std::max(1.0 / cfg_.relative_threshold, 1.0 - cfg_.absolute_ms_threshold / med), 1.0 - band);
+        lo_ms_[gs] = lo_[gs] * std::max(ref.below, ref.at);
       }
     }
     // The group's typical step: its compute plus its longest collective stage (the
@@ -230,15 +261,9 @@ void ConfirmTracker::references(const double* ms) {
 
 void ConfirmTracker::scan(const double* ms) {
   const std::size_t S = stages_.size();
-  // The bands in ms. A rank is slow only above the median, where its leave-one-out
-  // reference is `above` (or `at`), and late only below it: a cell inside both ms bounds
-  // cannot be an outlier, so the pass over the matrix is two compares per cell, without
-  // branches the data decides; the few cells outside are checked exactly.
-  for (std::size_t gs = 0; gs < refs_.size(); ++gs) {
-    const GroupReference& g = refs_[gs];
-    hi_ms_[gs] = hi_[gs] < kInf ? hi_[gs] * std::min(g.above, g.at) : kInf;
-    lo_ms_[gs] = lo_[gs] > -kInf ? lo_[gs] * std::max(g.below, g.at) : -kInf;
-  }
+  // A cell inside both ms bounds (references) cannot be an outlier, so the pass over the
+  // matrix is two compares per cell, without branches the data decides; the few cells
+  // outside are checked exactly.
   outliers_.clear();
   candidates_.resize(static_cast<std::size_t>(ranks_));
   const std::size_t n = rows_outside(ms, static_cast<std::size_t>(ranks_), S, group_.data(), hi_ms_.data(),
@@ -485,12 +510,15 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
         values_[g] = std::min(values_[g], refs_[g * S + s].of(e.t));
       }
     }
+    // The slowest and fastest group (the first of equals); their works kept in registers, so
+    // that no compare waits on the load of the previous winner's.
     std::int32_t hi = -1, lo = -1;
+    double hi_w = 0.0, lo_w = 0.0;
     for (std::int32_t g = 0; g < groups_n_; ++g) {
       const double w = values_[static_cast<std::size_t>(g)];
       if (!(w > 0.0)) continue;
-      if (hi < 0 || w > values_[static_cast<std::size_t>(hi)]) hi = g;
-      if (lo < 0 || w < values_[static_cast<std::size_t>(lo)]) lo = g;
+      if (hi < 0 || w > hi_w) hi = g, hi_w = w;
+      if (lo < 0 || w < lo_w) lo = g, lo_w = w;
     }
     Imbalance& im = imbalance_[s];
     bool ev = false;
@@ -544,26 +572,42 @@ void ConfirmTracker::learn_noise() {
     if (e.strong && e.streak == 1 && e.dir != Dir::kLink) ++spikes_[gs];
   }
   const double beta = 1.0 / static_cast<double>(mem);
-  for (std::size_t gs = 0; gs < spike_rate_.size(); ++gs) {
-    const std::size_t g = gs / S;
+  for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
     const double size = static_cast<double>(group_start_[g + 1] - group_start_[g]);
-    if (!judged(gs) || size < 2) continue;
-    spike_rate_[gs] += beta * (static_cast<double>(spikes_[gs]) / size - spike_rate_[gs]);
+    if (size < 2) continue;
+    for (std::size_t gs = g * S; gs < (g + 1) * S; ++gs) {
+      if (!judged(gs)) continue;
+      // Without a start the share is 0 (0 / size): no division.
+      const double share = spikes_[gs] != 0 ? static_cast<double>(spikes_[gs]) / size : 0.0;
+      spike_rate_[gs] += beta * (share - spike_rate_[gs]);
+    }
   }
-  float window[64];
+  // This report's MAD into each ring; the median of the filled entries is due while the
+  // ring fills, then every 4th report (the noise moves slowly and this is per (group, stage)).
+  bool any_due = false;
   for (std::size_t gs = 0; gs < refs_.size(); ++gs) {
     const double mad = refs_[gs].mad;
+    noise_due_[gs] = 0;
     if (busy_[gs] || !std::isfinite(mad)) continue;
-    float* ring = noise_ring_.data() + gs * mem;
-    ring[static_cast<std::size_t>(noise_count_[gs]) % mem] = static_cast<float>(mad);
-    ++noise_count_[gs];
-    // The median of the filled entries; once the ring is full, every 4th report (the
-    // noise moves slowly and this is per (group, stage)).
-    const std::size_t n = std::min(static_cast<std::size_t>(noise_count_[gs]), mem);
-    if (static_cast<std::size_t>(noise_count_[gs]) > mem && noise_count_[gs] % 4 != 0) continue;
-    std::copy(ring, ring + n, window);
-    std::nth_element(window, window + n / 2, window + n);
-    sigma_[gs] = std::max(cfg_.min_noise, kMadToSigma * static_cast<double>(window[n / 2]));
+    const std::size_t slot = noise_slot_[gs];
+    noise_ring_[(gs / kNoiseLanes * mem + slot) * kNoiseLanes + gs % kNoiseLanes] = static_cast<float>(mad);
+    noise_slot_[gs] = static_cast<std::uint8_t>(slot + 1 == mem ? 0 : slot + 1);
+    const std::int32_t count = ++noise_count_[gs];
+    if (static_cast<std::size_t>(count) <= mem || count % 4 == 0) {
+      noise_due_[gs] = static_cast<std::int32_t>(std::min(static_cast<std::size_t>(count), mem));
+      any_due = true;
+    }
+  }
+  if (!any_due) return;
+  float median[kNoiseLanes];
+  for (std::size_t b = 0; b * kNoiseLanes < refs_.size(); ++b) {
+    const std::int32_t* due = noise_due_.data() + b * kNoiseLanes;
+    if (std::all_of(due, due + kNoiseLanes, [](std::int32_t n) { return n == 0; })) continue;
+    ring_medians(noise_ring_.data() + b * kNoiseLanes * mem, mem, due, median);
+    for (std::size_t l = 0; l < kNoiseLanes; ++l) {
+      if (due[l] == 0) continue;
+      sigma_[b * kNoiseLanes + l] = std::max(cfg_.min_noise, kMadToSigma * static_cast<double>(median[l]));
+    }
   }
 }
 

@@ -121,9 +121,13 @@ class ConfirmTracker {
   void learn_noise();
   ConfirmResult result(std::int64_t step, bool reset) const;
   Entry& entry(std::int32_t rank, std::int32_t stage, Dir dir);
-  double sigma(std::size_t gs) const;
+  double sigma(std::size_t gs) const { return sigma_[gs]; }
   std::int32_t needed_streak(std::size_t gs) const;
-  bool judged(std::size_t gs) const;
+  // Whether (group, stage) gs is judged: learned from min_reports reports, with a peer and
+  // a positive reference this report.
+  bool judged(std::size_t gs) const {
+    return noise_count_[gs] >= cfg_.min_reports && refs_[gs].count >= 2 && refs_[gs].median > 0.0;
+  }
   // Whether stage s is judged this report (not the communication union beside its ops).
   bool judged_stage(std::size_t s) const { return !(skip_union_ && static_cast<std::int32_t>(s) == union_stage_); }
 
@@ -145,8 +149,13 @@ class ConfirmTracker {
   // Per (group, stage), index group * stages + stage.
   std::vector<GroupReference> refs_;
   std::vector<double> hi_, lo_;  // ratio bands of slow evidence this report
-  std::vector<float> noise_ring_;  // noise_memory per (group, stage)
-  std::vector<std::int32_t> noise_count_;
+  // The last noise_memory per-report MADs of each (group, stage), +inf where none yet: the
+  // rings of eight consecutive (group, stage) cells interleaved slot by slot (one vector
+  // per slot), so that one sorting network takes the medians of all eight at once.
+  std::vector<float> noise_ring_;
+  std::vector<std::int32_t> noise_count_;  // per (group, stage): MADs learned
+  std::vector<std::uint8_t> noise_slot_;   // per (group, stage): the ring slot written next
+  std::vector<std::int32_t> noise_due_;    // per (group, stage): ring entries whose median is due now; 0 none
   std::vector<double> sigma_;
   std::vector<char> busy_;  // a suspect this report: the noise is not learned from it
   std::vector<double> spike_rate_;  // running share of ranks starting a streak of slow evidence
