@@ -6,6 +6,9 @@ Variants, all driven by the same training step (benchmarks/peers/__init__.py):
   bare                 no instrumentation (every ratio divides by it)
   off                  relax_straggler installed disabled (a NullAnalyzer, a data section)
   ours/1, /10, /100    relax_straggler sampling every 1st, 10th, 100th step
+  ours-kernel-stats/10 ours/10 with --straggler-kernel-stats (kernel records of sampled
+                       steps; where the build has no CUPTI it warns and runs as ours/10);
+                       only when named in --variants
   paused               relax_straggler at interval 10 paused at runtime through its control
                        file (read every 50 steps): run with --warmup 55 or more, so that the
                        pause (applied from step 51) covers the timed steps
@@ -59,14 +62,15 @@ class OurProbe:
     sync) and optimizer; the script opens a data section and gives its workload."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, interval: int | None,
-                 collective_timing: bool = True, paused: bool = False) -> None:
+                 collective_timing: bool = True, paused: bool = False, kernel_stats: bool = False) -> None:
         control = None
         if paused:
             fd, control = tempfile.mkstemp(suffix=".json")
             with os.fdopen(fd, "w") as fh:
                 fh.write('{"enabled": false}')
         config = StragglerConfig(enabled=interval is not None, interval=interval or 1, warmup_steps=0,
-                                 collective_timing=collective_timing, control_file=control)
+                                 collective_timing=collective_timing, control_file=control,
+                                 kernel_stats=kernel_stats)
         self.analyzer = relax_straggler.install(model, optimizer, config=config)
         self._data = self.analyzer.section("data")
         self._control = control
@@ -119,11 +123,16 @@ VARIANTS: dict[str, Factory] = {
     "ours/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10),
     "ours/100": lambda model, optimizer, device: OurProbe(model, optimizer, 100),
     "ours-no-collectives/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10, collective_timing=False),
+    "ours-kernel-stats/10": lambda model, optimizer, device: OurProbe(model, optimizer, 10, kernel_stats=True),
     "paused": lambda model, optimizer, device: OurProbe(model, optimizer, 10, paused=True),
     "megatron-sync": _megatron,
     "nvrx/1": _nvrx(1),
     "nvrx/10": _nvrx(10),
 }
+
+
+# Run only when named: CUPTI in the process (benchmarks/gpu/check.sh measures it in a job of its own).
+OPT_IN = ("ours-kernel-stats/10",)
 
 
 @dataclass(frozen=True)
@@ -148,7 +157,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=100,
                    help="Timed steps per block: a multiple of the largest interval among the variants.")
     p.add_argument("--warmup", type=int, default=5, help="Untimed steps at the start of each block.")
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", default=[v for v in VARIANTS if v not in OPT_IN], choices=list(VARIANTS))
     p.add_argument("--device", default="cpu", help="cpu or cuda (each rank on GPU LOCAL_RANK % device_count).")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--d-model", type=int, default=128)

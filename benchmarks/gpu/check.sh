@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# The GPU check of relax_straggler, for a 1-GPU machine, in under 5 minutes:
+# The GPU check of relax_straggler, for a 1-GPU machine, in about 7 minutes:
 #   1. builds relax_straggler._C with CUDA (the CUDA-event pool) in place,
 #   2. runs the CUDA-event timer tests (tests/python/test_no_sync.py, test_stage_timer.py),
 #   3. checks loss parity on the GPU (deterministic algorithms),
 #   4. measures the overhead on one GPU with a GPT-sized step (GPT-2 small: 12 layers,
 #      d_model 768, sequence 512, batch 4, fp32),
 #      ours against the peers,
-#   5. writes OUT_DIR/summary.md, a short result table, beside each step's log and JSON.
+#   5. kernel_stats: 2 ranks on the GPU (DDP over Gloo) with --straggler-kernel-stats at
+#      interval 10, rank 1 throttled by a competing matmul stream from step 30
+#      (benchmarks/gpu/kernel_check.py): each rank's kernel / idle / NCCL ms per stage and
+#      the confirmed verdict's cause, in kernel_stats.json and kernel_stats.jsonl,
+#   6. kernel_overhead: the same 2-rank job without the competitor, interval 10, with and
+#      without kernel stats against the analyzer off (benchmarks/overhead.py),
+#   7. writes OUT_DIR/summary.md, a short result table, beside each step's log and JSON.
 #
 # Usage: benchmarks/gpu/check.sh [OUT_DIR]          (default runs/gpu)
 # Environment: PYTHON (default python3, the one with CUDA torch), NPROC (ranks sharing the
@@ -56,5 +62,11 @@ step parity 120 "$PY" -m relax_straggler.cli.parity --device cuda --deterministi
 step overhead 300 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NPROC" benchmarks/overhead.py \
   --device cuda --layers 12 --d-model 768 --heads 12 --seq-len 512 --batch-size 4 --rounds "$ROUNDS" --steps 100 \
   --warmup 5 --output "$OUT/overhead.json"
+KERNEL_GPT=(--layers 4 --d-model 256 --heads 4 --seq-len 256 --batch-size 8)
+step kernel_stats 90 "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/gpu/kernel_check.py \
+  --device cuda "${KERNEL_GPT[@]}" --steps 80 --contend-from 30 --output "$OUT/kernel_stats.json"
+step kernel_overhead 150 "$PY" -m torch.distributed.run --standalone --nproc-per-node 2 benchmarks/overhead.py \
+  --device cuda "${KERNEL_GPT[@]}" --variants bare off ours/10 ours-kernel-stats/10 --rounds 4 --steps 100 \
+  --warmup 5 --output "$OUT/kernel_overhead.json"
 "$PY" benchmarks/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"
 exit "$failed"

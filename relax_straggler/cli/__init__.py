@@ -28,10 +28,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else None).parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
-    # The ClickHouse client and urllib3 log each failed request (a server restarting, the
-    # monitor's polls of a store that is down); the commands report failures themselves.
-    for name in ("clickhouse_connect", "urllib3"):
-        logging.getLogger(name).setLevel(logging.DEBUG if args.verbose else logging.ERROR)
     return int(args.run(args) or 0)
 
 

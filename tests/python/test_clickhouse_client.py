@@ -185,7 +185,8 @@ def test_a_server_that_is_down_logs_nothing_but_the_store_s_own_error(caplog):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    caplog.set_level(logging.DEBUG + 1)  # urllib3 and clickhouse-connect warn per failed request
+    for name in ("urllib3", "clickhouse_connect"):  # they warn per failed request
+        caplog.set_level(logging.DEBUG + 1, logger=name)
     client = ClickHouseClient("127.0.0.1", port, f"clickhouse://127.0.0.1:{port}/db", retries=2, backoff_s=0)
     with pytest.raises(StoreError, match="Connection refused"):
         client.insert("`db`.`t`", ROWS)
