@@ -1,7 +1,9 @@
 // Vectors for the engine's hot loops (GCC/Clang vector extensions: one AVX2 instruction
 // per operation in an AVX2 clone, else two SSE2 or NEON ones), sorting networks that sort
-// every lane of such vectors at once, and the attribute that compiles a function twice on
-// x86-64 ELF, the AVX2 clone chosen at load time where the CPU has it.
+// every lane of such vectors at once, the attribute that compiles a function twice on
+// x86-64 ELF, the AVX2 clone chosen at load time where the CPU has it, and the instruction
+// sets of hot loops compiled once per set, each path callable by itself (tests compare the
+// paths), one chosen at load time.
 #pragma once
 
 #include <cstddef>
@@ -10,8 +12,10 @@ namespace relax_straggler::core {
 
 using V4 = double __attribute__((vector_size(32)));  // four doubles
 using M4 = long long __attribute__((vector_size(32)));
+using V8 = double __attribute__((vector_size(64)));  // eight doubles: one AVX-512 register
+using M8 = long long __attribute__((vector_size(64)));
 using F8 = float __attribute__((vector_size(32)));  // eight floats
-using M8 = int __attribute__((vector_size(32)));
+using I8 = int __attribute__((vector_size(32)));
 
 // A zero the optimizer cannot see through (an empty asm on a register): OR-ed into a
 // vector it makes a copy the compiler treats as a different value.
@@ -28,7 +32,16 @@ inline __attribute__((always_inline)) long long opaque_zero() {
 // vminpd / vmaxpd (vminps / vmaxps).
 template <class V, class M>
 inline __attribute__((always_inline)) void order(V& a, V& b, const M& zero) {
-  const V b_again = reinterpret_cast<V>(reinterpret_cast<M>(b) | zero);
+  V b_again;
+  if constexpr (sizeof(V) == 64) {
+    // AVX-512 only (V8): an empty asm on the register itself hides it as well, for no
+    // instruction ("v": any of the 32 registers).
+    (void)zero;
+    b_again = b;
+    asm("" : "+v"(b_again));
+  } else {
+    b_again = reinterpret_cast<V>(reinterpret_cast<M>(b) | zero);
+  }
   const V lo = a < b ? a : b;
   b = b_again > a ? b_again : a;
   a = lo;
@@ -102,6 +115,35 @@ inline __attribute__((always_inline)) void sort_lanes(V* v, const M& zero) {
 
 #if defined(__x86_64__) && defined(__ELF__)
 #define RS_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#define RS_ISA_PATHS 1  // kAvx2 and kAvx512 paths are compiled (RS_TARGET_*)
+#define RS_TARGET_AVX2 __attribute__((target("avx2")))
+#define RS_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl")))
 #else
 #define RS_AVX2_CLONE  // one build (aarch64: NEON; elsewhere the compiler's default)
+#define RS_ISA_PATHS 0
 #endif
+
+namespace relax_straggler::core {
+
+// The instruction sets a path of a hot loop is compiled for, narrowest first: kBase the
+// build's default (SSE2 on x86-64), kAvx2, kAvx512 (avx512f, avx512dq and avx512vl; 8
+// doubles per vector). The two wider ones exist on x86-64 ELF only.
+enum class Isa : int { kBase = 0, kAvx2 = 1, kAvx512 = 2 };
+
+// The widest path this CPU runs. Callable from an ifunc resolver (before relocations and
+// constructors: __builtin_cpu_init first).
+inline Isa widest_isa() {
+#if RS_ISA_PATHS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2")) return Isa::kAvx2;
+#endif
+  return Isa::kBase;
+}
+
+// Whether this build and CPU can run the path compiled for isa.
+inline bool isa_available(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(widest_isa()); }
+
+}  // namespace relax_straggler::core

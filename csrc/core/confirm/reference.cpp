@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "core/simd.h"
 
@@ -50,36 +52,38 @@ void set_medians(GroupReference& g, double lower, double upper, double next, std
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// references_of_rows for the stages s0 .. s0 + 3 below S, N >= take the network size: each
-// stage one lane of a vector, so every row's times are loaded straight from the matrix (no
-// stage-minor copy) and the four columns sorted together.
-template <std::size_t N>
-RS_AVX2_CLONE void references_of_lanes(const double* ms, std::size_t S, std::size_t s0, const std::int32_t* rows,
-                                       std::size_t take, bool exact, GroupReference* out) {
-  const std::size_t width = std::min<std::size_t>(4, S - s0);
-  const V4 inf = {kInf, kInf, kInf, kInf};
-  V4 v[N];
-  M4 finite = {0, 0, 0, 0};  // minus the count of finite times per lane
+// references_of_rows for the stages s0 .. s0 + W - 1 below S, W the lanes of V (M its
+// integer vector), N >= take the network size: each stage one lane of a vector, so every
+// row's times are loaded straight from the matrix (no stage-minor copy) and the W columns
+// sorted together. Inlined into each instruction set's path (RowsOf below).
+template <class V, class M, std::size_t N>
+inline __attribute__((always_inline)) void references_of_lanes(const double* ms, std::size_t S, std::size_t s0,
+                                                               const std::int32_t* rows, std::size_t take, bool exact,
+                                                               GroupReference* out) {
+  constexpr std::size_t W = sizeof(V) / sizeof(double);
+  const std::size_t width = std::min<std::size_t>(W, S - s0);
+  const V inf = V{} + kInf;
+  V v[N];
+  M finite = {};  // minus the count of finite times per lane
   for (std::size_t i = 0; i < N; ++i) {
-    V4 t = inf;
+    V t = inf;
     if (i < take) {
       const double* row = ms + static_cast<std::size_t>(rows[i]) * S + s0;
-      if (width == 4) {
+      if (width == W) {
         std::memcpy(&t, row, sizeof t);
       } else {
         for (std::size_t l = 0; l < width; ++l) t[l] = row[l];
       }
-      const M4 ok = t == t;  // NaN (not run) sorts last, as a pad
+      const M ok = t == t;  // NaN (not run) sorts last, as a pad
       finite += ok;
       t = ok ? t : inf;
     }
     v[i] = t;
   }
-  const long long z = opaque_zero();
-  const M4 zero = {z, z, z, z};
+  const M zero = M{} + opaque_zero();
   sort_lanes<N, false>(v, zero);
-  V4 median = {1.0, 1.0, 1.0, 1.0};  // lanes without a spread divide by 1 (read nowhere)
-  std::size_t count[4];
+  V median = V{} + 1.0;  // lanes without a spread divide by 1 (read nowhere)
+  std::size_t count[W];
   for (std::size_t l = 0; l < width; ++l) {
     GroupReference& g = out[s0 + l];
     g = GroupReference{};
@@ -100,9 +104,9 @@ RS_AVX2_CLONE void references_of_lanes(const double* ms, std::size_t S, std::siz
   // (subtraction rounds monotonically), and the +inf pads keep rising: a bitonic sequence,
   // which one bitonic merge (N / 2 log N compare-exchanges) sorts. One division per stage
   // then makes it relative.
-  const M4 magnitude = ~M4{0, 0, 0, 0} & 0x7fffffffffffffffLL;
+  const M magnitude = M{} + 0x7fffffffffffffffLL;
   for (std::size_t i = 0; i < take; ++i) {
-    v[i] = reinterpret_cast<V4>(reinterpret_cast<M4>(v[i] - median) & magnitude);  // fabs
+    v[i] = reinterpret_cast<V>(reinterpret_cast<M>(v[i] - median) & magnitude);  // fabs
   }
   sort_lanes<N, true>(v, zero);
   for (std::size_t l = 0; l < width; ++l) {
@@ -110,6 +114,59 @@ RS_AVX2_CLONE void references_of_lanes(const double* ms, std::size_t S, std::siz
     if (count[l] < 2 || !(g.median > 0.0)) continue;
     g.mad = v[count[l] / 2][l] / g.median * mad_correction(count[l]);
   }
+}
+
+// references_of_rows with W stages per vector V (M its integer vector): the network the
+// smallest that holds take rows. Every lane computes the same operations in the same order
+// whatever W, so the paths agree bit for bit.
+template <class V, class M>
+inline __attribute__((always_inline)) void references_in(const double* ms, std::size_t S, const std::int32_t* rows,
+                                                         std::size_t take, bool exact, GroupReference* out) {
+  static_assert(kColumnSortRows == 32, "the largest network below sorts 32 rows");
+  constexpr std::size_t W = sizeof(V) / sizeof(double);
+  for (std::size_t s0 = 0; s0 < S; s0 += W) {
+    if (take <= 2) {
+      references_of_lanes<V, M, 2>(ms, S, s0, rows, take, exact, out);
+    } else if (take <= 4) {
+      references_of_lanes<V, M, 4>(ms, S, s0, rows, take, exact, out);
+    } else if (take <= 8) {
+      references_of_lanes<V, M, 8>(ms, S, s0, rows, take, exact, out);
+    } else if (take <= 16) {
+      references_of_lanes<V, M, 16>(ms, S, s0, rows, take, exact, out);
+    } else {
+      references_of_lanes<V, M, 32>(ms, S, s0, rows, take, exact, out);
+    }
+  }
+}
+
+using RowsPath = void (*)(const double*, std::size_t, const std::int32_t*, std::size_t, bool, GroupReference*);
+
+// One function per instruction set. Four stages per vector below AVX-512 (sixteen 256-bit
+// registers: a 32-row network spills); with it eight, and its 32 registers hold the rows.
+void references_base(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
+                     GroupReference* out) {
+  references_in<V4, M4>(ms, S, rows, take, exact, out);
+}
+
+#if RS_ISA_PATHS
+RS_TARGET_AVX2 void references_avx2(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take,
+                                    bool exact, GroupReference* out) {
+  references_in<V4, M4>(ms, S, rows, take, exact, out);
+}
+
+RS_TARGET_AVX512 void references_avx512(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take,
+                                        bool exact, GroupReference* out) {
+  references_in<V8, M8>(ms, S, rows, take, exact, out);
+}
+#endif
+
+RowsPath rows_path(Isa isa) {
+#if RS_ISA_PATHS
+  if (isa == Isa::kAvx512) return references_avx512;
+  if (isa == Isa::kAvx2) return references_avx2;
+#endif
+  (void)isa;
+  return references_base;
 }
 
 }  // namespace
@@ -147,22 +204,28 @@ GroupReference reference_of(std::vector<double>& values, bool exact) {
   return g;
 }
 
+void references_of_rows_on(Isa isa, const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take,
+                           bool exact, GroupReference* out) {
+  if (!isa_available(isa)) {
+    throw std::invalid_argument("references_of_rows_on: instruction set " + std::to_string(static_cast<int>(isa)) +
+                                " is not available on this CPU or build");
+  }
+  rows_path(isa)(ms, S, rows, take, exact, out);
+}
+
+#if RS_ISA_PATHS
+// The path chosen at load time, as target_clones chooses a clone: an ifunc whose resolver
+// runs once when the library is loaded.
+extern "C" {
+static RowsPath rs_resolve_references_of_rows() { return rows_path(widest_isa()); }
+}
+void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
+                        GroupReference* out) __attribute__((ifunc("rs_resolve_references_of_rows")));
+#else
 void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
                         GroupReference* out) {
-  static_assert(kColumnSortRows == 32, "the largest network below sorts 32 rows");
-  for (std::size_t s0 = 0; s0 < S; s0 += 4) {
-    if (take <= 2) {
-      references_of_lanes<2>(ms, S, s0, rows, take, exact, out);
-    } else if (take <= 4) {
-      references_of_lanes<4>(ms, S, s0, rows, take, exact, out);
-    } else if (take <= 8) {
-      references_of_lanes<8>(ms, S, s0, rows, take, exact, out);
-    } else if (take <= 16) {
-      references_of_lanes<16>(ms, S, s0, rows, take, exact, out);
-    } else {
-      references_of_lanes<32>(ms, S, s0, rows, take, exact, out);
-    }
-  }
+  references_base(ms, S, rows, take, exact, out);
 }
+#endif
 
 }  // namespace relax_straggler::core::confirm

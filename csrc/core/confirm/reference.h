@@ -12,6 +12,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/simd.h"
+
 namespace relax_straggler::core::confirm {
 
 struct GroupReference {
@@ -42,13 +44,19 @@ constexpr std::size_t kColumnSortRows = 32;
 // The references of one group in all S stages at once: ms rank-major (rank r's times at
 // ms + r * S, NaN where it did not run the stage), rows[0, take) the group's rows, take in
 // [1, kColumnSortRows]; out[s] is reference_of over stage s's finite times of those rows,
-// exactly. Four stages per vector, each a lane: the rows' times are loaded straight into
+// exactly. One stage per lane of a vector: the rows' times are loaded straight into
 // registers (NaN as +inf, padded to a power of two with +inf), every column sorted
 // together by one odd-even merge sort network (Batcher 1968), and the deviations from the
 // median, which fall and then rise over a sorted column, sorted by one bitonic merge: for
 // the few ranks of a pipeline stage this costs less than gathering each column and running
-// two selections on it.
+// two selections on it. Compiled once per instruction set (core/simd.h: eight stages per
+// vector with AVX-512, else four), the widest this CPU has chosen at load time.
 void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
                         GroupReference* out);
+
+// references_of_rows on the path compiled for isa; every path gives the same bits. Throws
+// std::invalid_argument where isa_available(isa) is false.
+void references_of_rows_on(Isa isa, const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take,
+                           bool exact, GroupReference* out);
 
 }  // namespace relax_straggler::core::confirm

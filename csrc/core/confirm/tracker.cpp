@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include "core/simd.h"
 #include "core/stats.h"
@@ -16,76 +17,150 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMadToSigma = 1.4826;  // MAD of a normal distribution x 1.4826 = its sigma
 constexpr std::size_t kNoiseLanes = 8;  // noise rings per vector (F8)
 
-// ORs into above / under the lanes of row[s] > hi[s] / row[s] < lo[s] for the stages
-// s < n / 4 x 4 (a NaN time, a stage not run, lies inside: NaN compares false). Four
-// stages per step in 256-bit vectors (core/simd.h); two accumulators,
-// so that consecutive steps do not wait on each other.
-inline __attribute__((always_inline)) void mark_outside(M4& above, M4& under, const double* row, const double* hi,
-                                                        const double* lo, std::size_t n) {
-  for (std::size_t s = 0; s + 4 <= n; s += 4) {
-    V4 t, h, l;
-    std::memcpy(&t, row + s, sizeof t);
-    std::memcpy(&h, hi + s, sizeof h);
-    std::memcpy(&l, lo + s, sizeof l);
-    above |= t > h;
-    under |= t < l;
-  }
+using M2 = long long __attribute__((vector_size(16)));
+
+// Whether any lane of m is non-zero: halves OR-ed down to 128 bits (a vector extract and
+// an OR per halving) where lane by lane it took an extract and an OR per lane.
+inline __attribute__((always_inline)) bool any_lane(const M2& m) { return (m[0] | m[1]) != 0; }
+
+// The OR of m's two halves into half (by reference: a vector returned by value would
+// depend on the caller's instruction set).
+template <class Half, class M>
+inline __attribute__((always_inline)) void fold(const M& m, Half& half) {
+  Half hi;
+  std::memcpy(&half, &m, sizeof half);
+  std::memcpy(&hi, reinterpret_cast<const char*>(&m) + sizeof half, sizeof hi);
+  half |= hi;
 }
 
-// Whether any row[s] lies above hi[s] or below lo[s].
-inline __attribute__((always_inline)) bool outside(const double* row, const double* hi, const double* lo,
-                                                   std::size_t n) {
-  M4 above = {0, 0, 0, 0}, under = {0, 0, 0, 0};
-  mark_outside(above, under, row, hi, lo, n);
-  const M4 any = above | under;
-  bool out = (any[0] | any[1] | any[2] | any[3]) != 0;
-  for (std::size_t s = n / 4 * 4; s < n; ++s) out = out || row[s] > hi[s] || row[s] < lo[s];
+inline __attribute__((always_inline)) bool any_lane(const M4& m) {
+  M2 half;
+  fold(m, half);
+  return any_lane(half);
+}
+
+inline __attribute__((always_inline)) bool any_lane(const M8& m) {
+  M4 half;
+  fold(m, half);
+  return any_lane(half);
+}
+
+// Whether a cell of the K rows at `rows` (S doubles apart) in the stages from s on, W at a
+// time (W the lanes of V, M its integer vector), lies above hi or below lo; s is advanced
+// past the stages tested. Per stage the K rows' largest and smallest time (a NaN, a stage
+// not run, is skipped: it compares false), then one compare with each bound: a cell costs
+// one max and one min (where it cost two compares and two ORs), each bound is loaded once
+// for the K rows, and there is one reduction (outliers are rare).
+template <class V, class M, std::size_t K>
+inline __attribute__((always_inline)) bool outside_lanes(const double* rows, std::size_t S, const double* hi,
+                                                         const double* lo, std::size_t& s) {
+  constexpr std::size_t W = sizeof(V) / sizeof(double);
+  // Two accumulators: OR-ing both compares into one, GCC 12 splits 512-bit ones into scalars.
+  M above = {}, under = {};
+  for (; s + W <= S; s += W) {
+    V top = V{} - kInf, bottom = V{} + kInf;
+    for (std::size_t k = 0; k < K; ++k) {
+      V t;
+      std::memcpy(&t, rows + k * S + s, sizeof t);
+      top = t > top ? t : top;
+      bottom = t < bottom ? t : bottom;
+    }
+    V h, l;
+    std::memcpy(&h, hi + s, sizeof h);
+    std::memcpy(&l, lo + s, sizeof l);
+    above |= top > h;
+    under |= bottom < l;
+  }
+  return any_lane(above | under);
+}
+
+// Whether any of the K rows at `rows` has a cell outside its stage's bounds: V's lanes,
+// then four, then one stage at a time.
+template <class V, class M, std::size_t K>
+inline __attribute__((always_inline)) bool outside(const double* rows, std::size_t S, const double* hi,
+                                                   const double* lo) {
+  std::size_t s = 0;
+  bool out = outside_lanes<V, M, K>(rows, S, hi, lo, s);
+  if constexpr (sizeof(V) > sizeof(V4)) out = outside_lanes<V4, M4, K>(rows, S, hi, lo, s) || out;
+  for (; s < S; ++s) {
+    for (std::size_t k = 0; k < K; ++k) out = out || rows[k * S + s] > hi[s] || rows[k * S + s] < lo[s];
+  }
   return out;
 }
 
-// The rows r of ms (ranks x S) with a cell outside its group's bounds (hi_ms, lo_ms at
-// group[r] x S), ascending, into out; returns how many. The only per-cell work of a
-// report, bound by loads: four rows of one group are tested together, each bound loaded
-// once for the four, with one reduction (outliers are rare); an AVX2 clone (core/simd.h).
-RS_AVX2_CLONE
-std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
-                         const double* hi_ms, const double* lo_ms, std::int32_t* out) {
-  constexpr std::size_t kBlock = 4;
+// Whether rows [r, r + n) all belong to group[r].
+inline bool same_group(const std::int32_t* group, std::size_t r, std::size_t n) {
+  bool same = true;
+  for (std::size_t k = 1; k < n; ++k) same = same && group[r + k] == group[r];
+  return same;
+}
+
+// rows_outside with the stages W at a time, W the lanes of V: eight rows of one group are
+// tested together (four where a block of eight spans two groups), and only the rows of a
+// block with a cell outside one by one.
+template <class V, class M>
+inline __attribute__((always_inline)) std::size_t rows_outside_in(const double* ms, std::size_t ranks, std::size_t S,
+                                                                  const std::int32_t* group, const double* hi_ms,
+                                                                  const double* lo_ms, std::int32_t* out) {
+  constexpr std::size_t kBlock = 8, kHalf = kBlock / 2;
   std::size_t n = 0, r = 0;
-  const auto test = [&](std::size_t row) {
+  // always_inline: a lambda compiled apart would get the build's default vectors.
+  const auto test = [&](std::size_t row) __attribute__((always_inline)) {
     const std::size_t base = static_cast<std::size_t>(group[row]) * S;
     out[n] = static_cast<std::int32_t>(row);
-    n += outside(ms + row * S, hi_ms + base, lo_ms + base, S);
+    n += outside<V, M, 1>(ms + row * S, S, hi_ms + base, lo_ms + base);
   };
-  if (S % 4 == 0) {
-    for (; r + kBlock <= ranks; r += kBlock) {
-      const std::int32_t g = group[r];
-      if (group[r + 1] != g || group[r + 2] != g || group[r + 3] != g) {
-        for (std::size_t k = r; k < r + kBlock; ++k) test(k);
-        continue;
-      }
-      const double* hi = hi_ms + static_cast<std::size_t>(g) * S;
-      const double* lo = lo_ms + static_cast<std::size_t>(g) * S;
-      const double* rows = ms + r * S;
-      M4 above = {0, 0, 0, 0}, under = {0, 0, 0, 0};
-      for (std::size_t s = 0; s < S; s += 4) {
-        V4 h, l;
-        std::memcpy(&h, hi + s, sizeof h);
-        std::memcpy(&l, lo + s, sizeof l);
-        for (std::size_t k = 0; k < kBlock; ++k) {
-          V4 t;
-          std::memcpy(&t, rows + k * S + s, sizeof t);
-          above |= t > h;
-          under |= t < l;
-        }
-      }
-      const M4 any = above | under;
-      if ((any[0] | any[1] | any[2] | any[3]) == 0) continue;
+  const auto test_half = [&](std::size_t first) __attribute__((always_inline)) {
+    const std::size_t base = static_cast<std::size_t>(group[first]) * S;
+    if (same_group(group, first, kHalf) && !outside<V, M, kHalf>(ms + first * S, S, hi_ms + base, lo_ms + base)) {
+      return;
+    }
+    for (std::size_t k = first; k < first + kHalf; ++k) test(k);
+  };
+  for (; r + kBlock <= ranks; r += kBlock) {
+    const std::size_t base = static_cast<std::size_t>(group[r]) * S;
+    if (same_group(group, r, kBlock)) {
+      if (!outside<V, M, kBlock>(ms + r * S, S, hi_ms + base, lo_ms + base)) continue;
       for (std::size_t k = r; k < r + kBlock; ++k) test(k);
+    } else {
+      test_half(r);
+      test_half(r + kHalf);
     }
   }
   for (; r < ranks; ++r) test(r);
   return n;
+}
+
+using OutsidePath = std::size_t (*)(const double*, std::size_t, std::size_t, const std::int32_t*, const double*,
+                                    const double*, std::int32_t*);
+
+// One function per instruction set (core/simd.h), the widest chosen at load time (below).
+std::size_t rows_outside_base(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                              const double* hi_ms, const double* lo_ms, std::int32_t* out) {
+  return rows_outside_in<V4, M4>(ms, ranks, S, group, hi_ms, lo_ms, out);
+}
+
+#if RS_ISA_PATHS
+RS_TARGET_AVX2 std::size_t rows_outside_avx2(const double* ms, std::size_t ranks, std::size_t S,
+                                             const std::int32_t* group, const double* hi_ms, const double* lo_ms,
+                                             std::int32_t* out) {
+  return rows_outside_in<V4, M4>(ms, ranks, S, group, hi_ms, lo_ms, out);
+}
+
+RS_TARGET_AVX512 std::size_t rows_outside_avx512(const double* ms, std::size_t ranks, std::size_t S,
+                                                 const std::int32_t* group, const double* hi_ms, const double* lo_ms,
+                                                 std::int32_t* out) {
+  return rows_outside_in<V8, M8>(ms, ranks, S, group, hi_ms, lo_ms, out);
+}
+#endif
+
+OutsidePath outside_path(Isa isa) {
+#if RS_ISA_PATHS
+  if (isa == Isa::kAvx512) return rows_outside_avx512;
+  if (isa == Isa::kAvx2) return rows_outside_avx2;
+#endif
+  (void)isa;
+  return rows_outside_base;
 }
 
 // The median of the first due[l] entries of each lane's ring (lane l of kNoiseLanes
@@ -103,7 +178,7 @@ RS_AVX2_CLONE void ring_medians_of(const float* block, std::size_t mem, const st
     }
   }
   const int z = static_cast<int>(opaque_zero());
-  sort_lanes<N, false>(v, M8{z, z, z, z, z, z, z, z});
+  sort_lanes<N, false>(v, I8{z, z, z, z, z, z, z, z});
   for (std::size_t l = 0; l < kNoiseLanes; ++l) median[l] = v[static_cast<std::size_t>(due[l]) / 2][l];
 }
 
@@ -117,6 +192,31 @@ void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, 
 }
 
 }  // namespace
+
+std::size_t rows_outside_on(Isa isa, const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                            const double* hi_ms, const double* lo_ms, std::int32_t* out) {
+  if (!isa_available(isa)) {
+    throw std::invalid_argument("rows_outside_on: instruction set " + std::to_string(static_cast<int>(isa)) +
+                                " is not available on this CPU or build");
+  }
+  return outside_path(isa)(ms, ranks, S, group, hi_ms, lo_ms, out);
+}
+
+#if RS_ISA_PATHS
+// The path chosen at load time, as target_clones chooses a clone: an ifunc whose resolver
+// runs once when the library is loaded.
+extern "C" {
+static OutsidePath rs_resolve_rows_outside() { return outside_path(widest_isa()); }
+}
+std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                         const double* hi_ms, const double* lo_ms, std::int32_t* out)
+    __attribute__((ifunc("rs_resolve_rows_outside")));
+#else
+std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                         const double* hi_ms, const double* lo_ms, std::int32_t* out) {
+  return rows_outside_base(ms, ranks, S, group, hi_ms, lo_ms, out);
+}
+#endif
 
 ConfirmTracker::ConfirmTracker(ConfirmConfig config) : cfg_(std::move(config)) { cfg_.validate(); }
 
@@ -262,7 +362,7 @@ void ConfirmTracker::references(const double* ms) {
 void ConfirmTracker::scan(const double* ms) {
   const std::size_t S = stages_.size();
   // A cell inside both ms bounds (references) cannot be an outlier, so the pass over the
-  // matrix is two compares per cell, without branches the data decides; the few cells
+  // matrix is a max and a min per cell, without branches the data decides; the few cells
   // outside are checked exactly.
   outliers_.clear();
   candidates_.resize(static_cast<std::size_t>(ranks_));

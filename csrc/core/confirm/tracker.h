@@ -42,11 +42,12 @@
 // consecutive windows, "uncertain" for a cohort of one, "recovered", facts apart from
 // causes), with a learned noise band and the ensemble as a second, slower witness.
 //
-// Cost per report: one pass over the matrix (two compares per cell) plus a selection over
+// Cost per report: one pass over the matrix (a max and a min per cell) plus a selection over
 // at most reference_sample ranks per (group, stage); the state is proportional to the
 // groups x stages and to the ranks under suspicion, not to the matrix. Not thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -56,6 +57,7 @@
 #include "core/confirm/reference.h"
 #include "core/confirm/result.h"
 #include "core/confirm/wait_chain.h"
+#include "core/simd.h"
 #include "core/step_matrix.h"
 
 namespace relax_straggler::core::confirm {
@@ -175,5 +177,19 @@ class ConfirmTracker {
   std::unordered_map<std::int32_t, double> typical_;  // rank -> typical excess over its stages, ms
   std::unordered_map<std::int32_t, double> costliest_;  // rank -> its largest typical excess of one stage, ms
 };
+
+// ConfirmTracker::update's pass over the matrix, the only per-cell work of a report: the
+// rows r of ms (ranks x S ms, rank-major, NaN = not run) with a cell above hi_ms or below
+// lo_ms at group[r] x S (per (group, stage) bounds), ascending, into out (room for ranks
+// rows); returns how many. A NaN cell lies inside. Compiled once per instruction set
+// (core/simd.h: eight stages per vector with AVX-512, else four), the widest this CPU has
+// chosen at load time.
+std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                         const double* hi_ms, const double* lo_ms, std::int32_t* out);
+
+// rows_outside on the path compiled for isa; every path gives the same rows. Throws
+// std::invalid_argument where isa_available(isa) is false.
+std::size_t rows_outside_on(Isa isa, const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
+                            const double* hi_ms, const double* lo_ms, std::int32_t* out);
 
 }  // namespace relax_straggler::core::confirm
