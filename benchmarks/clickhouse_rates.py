@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import sys
 import tempfile
@@ -64,12 +63,6 @@ def rows(n: int, job: str, seed: int = 0) -> pa.Table:
         "cluster": pa.array(["c1"] * n),
         "metric_values": pa.array([[v] for v in np.round(rng.uniform(90, 110, n), 3)], pa.list_(pa.float64())),
     }, schema=SAMPLE_SCHEMA)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rate(count_of, n_expected=None) -> tuple[float, int]:
@@ -174,7 +167,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         from chdb_front import ServerProcess
 
-        server = ServerProcess(tmp, free_port())
+        server = ServerProcess(tmp)
         server.start()
         port = server.port
         try:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -53,12 +52,6 @@ def write_jsonl(path: str, ranks: int, steps: int, seed: int = 0) -> None:
             f.write(json.dumps({"step": step, "stages": list(STAGES), "device_ms": np.round(ms, 3).tolist()}) + "\n")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--store", default=None, help="clickhouse://HOST:PORT/DB (default: a private server)")
@@ -73,7 +66,7 @@ def main() -> int:
     if url is None:
         from chdb_front import ServerProcess
 
-        server = ServerProcess(work, free_port())
+        server = ServerProcess(work)
         server.start()
         url = server.url("bench")
     try:

@@ -153,7 +153,8 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self.last_poll_s: Optional[float] = None
-        self._journal = StateJournal(config.resolved_state_path(), redact(config.store_url), self._snapshot)
+        self._store_shown = redact(config.store_url)  # the store as answers, logs and the state file name it
+        self._journal = StateJournal(config.resolved_state_path(), self._store_shown, self._snapshot)
         self._load_state()
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -326,7 +327,7 @@ class Monitor:
         except StoreError as exc:
             self._store_failed(exc)
             return None
-        log.info("store %s connected", redact(self.config.store_url))
+        log.info("store %s connected", self._store_shown)
         self._store = store
         self._store_ok()
         return store
@@ -356,7 +357,7 @@ class Monitor:
         error = self._store_error
         if error is None and self._store is None:
             error = "not connected yet: the first poll has not run"
-        return {"ok": error is None, "url": redact(self.config.store_url), "error": error, "errors": self._store_errors,
+        return {"ok": error is None, "url": self._store_shown, "error": error, "errors": self._store_errors,
                 "last_ok": self._last_ok, "last_poll_s": self.last_poll_s}
 
     # --- analyses ----------------------------------------------------------------------
@@ -370,7 +371,7 @@ class Monitor:
         try:
             store = self._store
             if store is None:
-                raise StoreError(f"{redact(self.config.store_url)}: not connected (reconnecting)")
+                raise StoreError(f"{self._store_shown}: not connected (reconnecting)")
             result = analyze_range(store, record.job_id, window, record.registered_at, record.topology,
                                     self.config.analyze)
         except (StoreError, InputError, ValueError) as exc:
@@ -491,9 +492,9 @@ class Monitor:
             raise ValueError(f"state file {path}: cannot read it: {exc}; move it away to start empty") from None
         if state is not None:
             # Compared without passwords: a rotated password is the same store.
-            if redact(state["store"]) != redact(self.config.store_url):
+            if redact(state["store"]) != self._store_shown:
                 raise ValueError(f"state file {path}: the state of store {redact(state['store'])}, not of "
-                                 f"{redact(self.config.store_url)}; give this store its own --state file")
+                                 f"{self._store_shown}; give this store its own --state file")
             try:
                 for job_id, raw in state["jobs"].items():
                     topo = raw["topology"]

@@ -70,17 +70,21 @@ _HTTP_PARAMETERS = frozenset({"query", "wait_end_of_query", "database", "session
 _SETTING = re.compile(r"[\w.\-]+")
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _session(path: str):
     global _engine
     if _engine is None:
         from chdb import session
 
         config = f"{path.rstrip('/')}.config.xml"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         with open(config, "w") as fh:
-            fh.write(_CONFIG.format(port=port))
+            fh.write(_CONFIG.format(port=free_port()))
         _engine = session.Session(f"{path}?config-file={config}")
     return _engine
 
@@ -251,13 +255,13 @@ def _error(text: str) -> tuple[int, dict, bytes]:
 
 
 class ServerProcess:
-    """This front as a server process on 127.0.0.1:`port`, data under `directory` (user
-    `reader` read-only). start() returns once it answers /ping; stop() ends it (SIGTERM)
-    and kill() kills it (SIGKILL), each waiting for it to exit; start() again on the same
-    directory is a server restart with what it had written kept."""
+    """This front as a server process on 127.0.0.1:`port` (None: a free one), data under
+    `directory` (user `reader` read-only). start() returns once it answers /ping; stop()
+    ends it (SIGTERM) and kill() kills it (SIGKILL), each waiting for it to exit; start()
+    again on the same directory is a server restart with what it had written kept."""
 
-    def __init__(self, directory: str, port: int) -> None:
-        self.directory, self.port = str(directory), port
+    def __init__(self, directory: str, port: Optional[int] = None) -> None:
+        self.directory, self.port = str(directory), port if port is not None else free_port()
         self._proc: Optional[subprocess.Popen] = None
 
     def url(self, database: str = "default", user: str = "") -> str:
