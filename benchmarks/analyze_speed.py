@@ -6,7 +6,7 @@
 
 Cases:
   ar      the what-if AR trace (117,216 op rows, 64 ranks) read from
-          <repo>/../shared/data/whatif-traces, end to end: read, attribute, summarize.
+          tests/data/whatif-traces, end to end: read, attribute, summarize.
   timers  a synthetic Megatron `--timing-log-option all` log of RANKS ranks x STEPS
           iterations (dp = RANKS / 2, pp = 2, tp = 1; timers forward-compute, backward-compute,
           forward-send, forward-recv, grads-reduce-scatter, optimizer; one slow worker),
@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TRACES = os.path.join(REPO, "..", "shared", "data", "whatif-traces")
+TRACES = os.path.join(REPO, "tests", "data", "whatif-traces")
 TIMERS = {"forward-compute": 300.0, "backward-compute": 600.0, "forward-send": 12.0, "forward-recv": 15.0,
           "grads-reduce-scatter": 60.0, "optimizer": 40.0}
 VARIANTS = 8  # distinct pre-formatted block bodies per timer, combined at random

@@ -28,7 +28,7 @@ from pathlib import Path
 from relax_straggler import _ext
 from relax_straggler.whatif import run_whatif
 
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "whatif-traces"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "whatif-traces"
 
 
 def rss_mb() -> float:

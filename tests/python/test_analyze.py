@@ -183,8 +183,7 @@ def test_a_verdict_needs_more_than_one_or_two_steps(tmp_path):
 def test_layout_flags_that_reject_most_rows_are_inconclusive():
     # ST is dp 2 x pp 4: declaring dp 3 rejects most rows; a "clean" verdict from the rest
     # would be a false negative.
-    st = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "whatif-traces",
-                      "trace-ST.parquet")
+    st = os.path.join(os.path.dirname(__file__), "..", "data", "whatif-traces", "trace-ST.parquet")
     assert main(["analyze", st, "--dp", "3", "--no-progress", "--format", "json"]) == 1
     assert main(["analyze", st, "--no-progress", "--format", "json"]) == 0
 

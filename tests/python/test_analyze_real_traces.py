@@ -1,5 +1,5 @@
 """Acceptance on real Megatron traces with published answers (OSDI'25 what-if artifact,
-<repo>/../shared/data/whatif-traces/README.md):
+tests/data/whatif-traces/README.md):
 
 - AR (dp 4, pp 4, tp 4): one individual straggler, the worker dp_rank 0 / stage 0 (its four
   TP ranks), slow in forward and backward compute; nothing else.
@@ -19,13 +19,13 @@ from relax_straggler.analysis import AnalyzeConfig, analyze, build_summary
 from relax_straggler.readers import open_source
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRACES = os.path.normpath(os.path.join(REPO, "..", "shared", "data", "whatif-traces"))
+TRACES = os.path.join(REPO, "tests", "data", "whatif-traces")
 
 
 def trace(name: str) -> str:
     path = os.path.join(TRACES, name)
     if not os.path.exists(path):
-        pytest.fail(f"missing real trace {path}: the what-if traces must sit at <repo>/../shared/data/whatif-traces")
+        pytest.fail(f"missing real trace {path}: the what-if traces ship in tests/data/whatif-traces")
     return path
 
 

@@ -251,8 +251,7 @@ def test_megatron_log_with_context_parallel_and_virtual_pipeline(tmp_path):
 
 def test_a_corrupt_huge_rank_is_skipped_naming_its_row(tmp_path):
     # One rank value of 2**40 in a trace without a layout: that row is skipped and reported, not allocated for.
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "whatif-traces",
-                       "trace-ST.parquet")
+    src = os.path.join(os.path.dirname(__file__), "..", "data", "whatif-traces", "trace-ST.parquet")
     table = pq.read_table(src)
     ranks = table.column("rank").to_pylist()
     ranks[7] = 2**40

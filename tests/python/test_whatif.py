@@ -12,8 +12,7 @@ import pytest
 from relax_straggler.cli import main as cli_main
 from relax_straggler.whatif import run_whatif
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "whatif-traces"
-pytestmark = pytest.mark.skipif(not (DATA / "trace-AR.parquet").exists(), reason="shared what-if traces not present")
+DATA = Path(__file__).resolve().parents[1] / "data" / "whatif-traces"
 
 
 def _published(name: str) -> tuple[dict, dict, dict]:

@@ -14,7 +14,7 @@ import pytest
 from relax_straggler.readers import READERS, reader_class
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / ".." / "shared" / "data" / "whatif-traces"
+DATA = REPO / "tests" / "data" / "whatif-traces"
 
 _PROBE = """
 import io, json, sys
@@ -36,7 +36,6 @@ def test_readers_table_names_each_class_by_its_format() -> None:
         assert reader_class(fmt).format == fmt
 
 
-@pytest.mark.skipif(not (DATA / "trace-ST.parquet").exists(), reason="shared what-if traces not present")
 def test_whatif_on_a_parquet_trace_imports_only_its_path() -> None:
     done = subprocess.run([sys.executable, "-c", _PROBE, str(DATA / "trace-ST.parquet")], cwd=REPO,
                           capture_output=True, text=True, timeout=120, check=True)

@@ -15,8 +15,7 @@ import pytest
 
 from relax_straggler.cli import main
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "whatif-traces"
-pytestmark = pytest.mark.skipif(not (DATA / "trace-AR.parquet").exists(), reason="shared what-if traces not present")
+DATA = Path(__file__).resolve().parents[1] / "data" / "whatif-traces"
 
 
 def _st_with_a_duplicate(tmp_path: Path) -> tuple[Path, int]:
