@@ -5,12 +5,17 @@ tensors), never on the training groups, and never with a barrier. It is asynchro
 the training thread only launches it; the metrics rank's report thread waits for it.
 Every rank joins every gather of a sampled step, also with an empty (all-NaN) payload,
 so the ranks stay in lockstep. The per-op row of the live what-if (payload.pack_ops)
-travels appended to the stage row in the same gather.
+travels appended to the stage row in the same gather, and after it two numbers: the
+failure this rank asks the metrics rank to stop the analysis for, if any (its code and
+step; relax_straggler.side_failure).
 
-A rank gone (its gathers fail) or stopped (they never finish) ends the analysis on the
-ranks that notice, with one warning each; training goes on. Every wait here is bounded, and
-a group left with a collective waiting for a stopped rank is never destroyed (see
-_keep_alive), so neither uninstall nor the process exit waits for Gloo's timeout.
+Nothing here waits on the training thread: poll() only looks at the unfinished gathers. A
+gather that failed (a rank gone), or one unfinished for STALL_TIMEOUT_S (a rank stopped),
+is this rank's `failure`; what follows from it (every rank ends the analysis at the same
+step) is the metrics rank's decision (relax_straggler.lockstep). A finished collective is
+told from a failed one by relax_straggler.works, never by a wait's timeout. A group left
+with a collective waiting for a stopped rank is never destroyed (see _keep_alive), so
+neither uninstall nor the process exit waits for Gloo's timeout.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import ctypes
 import logging
 import threading
 import time
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -28,14 +33,19 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler.payload import ROW_LEN, PendingRows
+from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
+from relax_straggler.works import Outcome, outcome, reason
 
 log = logging.getLogger(__name__)
 
-# Seconds a rank waits on a gather or broadcast that a peer does not join before it ends the
-# analysis on this rank (training goes on). Far above any wait of a live run: ranks in
-# lockstep join within a step of each other.
+# Seconds a gather may stay unfinished before this rank takes a peer for stopped: far above
+# any wait of a live run (ranks in lockstep join within a step of each other), and costless
+# meanwhile, since nothing waits for it.
 STALL_TIMEOUT_S = 300.0
+# Unfinished gathers past which this rank gives up too (their buffers are held meanwhile).
+MAX_UNFINISHED = 4096
 _POLL_S = 0.05  # how often a waiting report thread checks for shutdown
+STATUS_LEN = 2  # (failure code, its step) after each rank's rows; code 0: none
 
 
 class GatherUnavailable(RuntimeError):
@@ -58,17 +68,17 @@ class _Ready:
 
 
 class _InFlight:
-    def __init__(self, work: dist.Work, buffers: list[torch.Tensor], owner: SideGroupGather) -> None:
+    """The metrics rank's handle on one gather: table (ranks, ROW_LEN + per-op row length +
+    STATUS_LEN), filled by Gloo when the work completes."""
+
+    def __init__(self, work: dist.Work, table: torch.Tensor, owner: SideGroupGather) -> None:
         self._work = work
-        self._buffers = buffers
+        self._table = table
         self._owner = owner
-        self._rows: Optional[np.ndarray] = None
 
     def _all(self) -> np.ndarray:
-        if self._rows is None:
-            self._owner.wait_for(self._work)
-            self._rows = torch.stack(self._buffers).numpy()
-        return self._rows
+        self._owner.wait_for(self._work)
+        return self._table.numpy()
 
     def wait(self) -> np.ndarray:
         """The stage rows; raises GatherUnavailable when they will never come."""
@@ -76,13 +86,25 @@ class _InFlight:
 
     def op_rows(self) -> np.ndarray:
         """The per-op rows (ranks, op_row_len) that travelled with the stage rows."""
-        return self._all()[:, ROW_LEN:]
+        return self._all()[:, ROW_LEN:-STATUS_LEN]
 
 
-def _joined(row: np.ndarray, op_row: Optional[np.ndarray]) -> np.ndarray:
-    """One float64 vector: the stage row, then the per-op row if any (one gather for both)."""
-    parts = [row] if op_row is None else [row, op_row]
+def _joined(row: np.ndarray, op_row: Optional[np.ndarray], request: Optional[SideFailure] = None) -> np.ndarray:
+    """One float64 vector: the stage row, then the per-op row if any (one gather for both),
+    then the failure `request` asks to stop for, as (code, step) or (0, 0)."""
+    status = np.zeros(STATUS_LEN) if request is None else np.array([request.code, request.step], dtype=np.float64)
+    parts = [row, status] if op_row is None else [row, op_row, status]
     return np.concatenate(parts).astype(np.float64, copy=False)
+
+
+@dataclass
+class _Launched:
+    """One gather this rank launched and has not seen finish."""
+
+    step: int
+    at: float  # time.monotonic() of the launch
+    work: dist.Work
+    table: Optional[torch.Tensor]  # the metrics rank's rows, None elsewhere
 
 
 class LocalGather:
@@ -91,11 +113,21 @@ class LocalGather:
     rank = 0
     world_size = 1
     is_metrics_rank = True
-    stalls = 0
-    failed: Optional[str] = None
+    failure: Optional[SideFailure] = None
+    requested: Optional[SideFailure] = None
 
-    def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None) -> Optional[PendingRows]:
-        return _Ready(_joined(row, op_row).reshape(1, -1))
+    def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None, step: int = -1,
+               request: Optional[SideFailure] = None) -> Optional[PendingRows]:
+        return _Ready(_joined(row, op_row)[:-STATUS_LEN].reshape(1, -1))
+
+    def poll(self) -> None:
+        pass
+
+    def oldest_unfinished_step(self) -> Optional[int]:
+        return None
+
+    def stop(self, failure: SideFailure) -> None:
+        pass
 
     def abandon(self) -> None:
         pass
@@ -110,59 +142,98 @@ class SideGroupGather:
     ranks: global ranks analyzed together (the training group's ranks); metrics_rank is
     an index into them. Creating the side group is collective over the default group:
     every process must construct a SideGroupGather at the same point (install does).
-    At most `max_pending` gathers stay unfinished on a rank; beyond that a non-metrics rank
-    waits for the oldest and counts it in `stalls` (only if the metrics rank falls far
-    behind). A failed gather (a rank gone), or one stuck for STALL_TIMEOUT_S (a rank
-    stopped), ends the analysis on this rank: `failed` says why, gather() returns None
-    from then on and training goes on.
+    Nothing waits on the training thread: gather() launches, poll() looks. `failure` is
+    the first failure this rank saw (a gather failed, or one unfinished for
+    STALL_TIMEOUT_S or behind MAX_UNFINISHED others); on the metrics rank `requested` is
+    the first failure another rank asked to stop for, read from the finished gathers. A
+    failure changes nothing here: the analysis goes on until the metrics rank's decision
+    stops it on every rank (stop()).
     """
 
-    def __init__(self, ranks: Sequence[int], metrics_rank: int, max_pending: int = 8) -> None:
+    def __init__(self, ranks: Sequence[int], metrics_rank: int) -> None:
         if not 0 <= metrics_rank < len(ranks):
             raise ValueError(f"--straggler-metrics-rank {metrics_rank} is not a rank of the analyzed group "
                              f"(size {len(ranks)})")
         self._ranks = list(ranks)
         self.group = dist.new_group(ranks=self._ranks, backend="gloo")
         me = dist.get_rank()
+        self.global_rank = me
         self.rank = self._ranks.index(me) if me in self._ranks else -1
         self.world_size = len(self._ranks)
         self._dst = self._ranks[metrics_rank]
         self.metrics_global_rank = self._dst  # the global rank of the metrics rank
         self.is_metrics_rank = me == self._dst
-        # (launch time, work) of this rank's unfinished gathers, oldest first.
-        self._pending: collections.deque[tuple[float, dist.Work]] = collections.deque()
-        self._max_pending = max_pending
-        self.stall_timeout_s = STALL_TIMEOUT_S
-        self.stalls = 0
-        self.failed: Optional[str] = None
-        self._fail_lock = threading.Lock()
+        self._pending: collections.deque[_Launched] = collections.deque()  # unfinished, oldest first
+        self.failure: Optional[SideFailure] = None
+        self.requested: Optional[SideFailure] = None
+        self._stopped: Optional[SideFailure] = None
         self._abandoned = threading.Event()
 
-    def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None) -> Optional[PendingRows]:
+    def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None, step: int = -1,
+               request: Optional[SideFailure] = None) -> Optional[PendingRows]:
         """Launches the gather of the stage row and, appended to it in the same tensor, the
         per-op row (relax_straggler.payload.pack_ops; every rank gives one of the same
-        length, or every rank none); returns the rows' handle on the metrics rank, else None
-        (also once the analysis ended on this rank, see `failed`)."""
-        if self.rank < 0 or self.failed is not None:
-            return None  # not in the analyzed group, or the side group is gone
-        send = torch.from_numpy(_joined(row, op_row))
-        buffers = [torch.empty(len(send), dtype=torch.float64) for _ in range(self.world_size)] if self.is_metrics_rank else None
-        work = dist.gather(send, gather_list=buffers, dst=self._dst, group=self.group, async_op=True)
-        self._track(work)
-        return _InFlight(work, buffers, self) if self.is_metrics_rank else None
+        length, or every rank none) and the failure `request` this rank asks to stop for;
+        step: the sampled step (for failures). Returns the rows' handle on the metrics rank,
+        else None (also once the analysis stopped on this rank)."""
+        if self.rank < 0 or self._stopped is not None:
+            return None  # not in the analyzed group, or the analysis stopped
+        send = torch.from_numpy(_joined(row, op_row, request))
+        table = torch.empty(self.world_size, len(send), dtype=torch.float64) if self.is_metrics_rank else None
+        work = dist.gather(send, gather_list=list(table.unbind(0)) if table is not None else None, dst=self._dst,
+                           group=self.group, async_op=True)
+        self._pending.append(_Launched(step, time.monotonic(), work, table))
+        self.poll()
+        return _InFlight(work, table, self) if table is not None else None
+
+    def poll(self) -> None:
+        """Forgets the finished gathers, oldest first, without waiting: a failed one is this
+        rank's failure; on the metrics rank a finished one's status column gives the first
+        stop another rank asked for (`requested`). The oldest unfinished for STALL_TIMEOUT_S,
+        or more than MAX_UNFINISHED unfinished, is this rank's failure too."""
+        while self._pending and self._pending[0].work.is_completed():
+            launched = self._pending.popleft()
+            state, exc = outcome(launched.work)
+            if state is Outcome.FAILED:
+                self._fail(SideFailure(self.global_rank, GATHER_FAILED, launched.step, reason(exc)))
+            elif launched.table is not None and self.requested is None:
+                codes = launched.table[:, -STATUS_LEN].numpy()
+                asking = np.flatnonzero(codes > 0)
+                if len(asking):
+                    i = int(asking[0])
+                    self.requested = SideFailure(self._ranks[i], int(codes[i]),
+                                                 int(launched.table[i, -1].item()))
+        if not self._pending:
+            return
+        now = time.monotonic()
+        oldest = self._pending[0]
+        if now - oldest.at > STALL_TIMEOUT_S:
+            self._fail(SideFailure(self.global_rank, GATHER_STUCK, oldest.step,
+                                   f"unfinished for {now - oldest.at:.0f} s"))
+        elif len(self._pending) > MAX_UNFINISHED:
+            self._fail(SideFailure(self.global_rank, GATHER_STUCK, oldest.step,
+                                   f"{len(self._pending)} gathers unfinished"))
+
+    def oldest_unfinished_step(self) -> Optional[int]:
+        """The step of this rank's oldest unfinished gather (as of the last poll), None when all finished."""
+        return self._pending[0].step if self._pending else None
+
+    def stop(self, failure: SideFailure) -> None:
+        """The analysis stopped on this rank: no gather is launched from now on, and a report
+        thread waiting for rows that will never come is released."""
+        self._stopped = failure
 
     def wait_for(self, work: dist.Work) -> None:
         """Waits for one gather (the metrics rank's report thread). Raises GatherUnavailable
-        when it failed, when the side group failed meanwhile, or when abandon() was called."""
+        when it failed, when the analysis stopped meanwhile, or when abandon() was called."""
         while True:
-            done = self._outcome(work, _POLL_S)
-            if done is not None:
-                break
-            if self._abandoned.is_set() or self.failed is not None:
-                done = False
-                break
-        if not done:
-            raise GatherUnavailable(self.failed or "abandoned at shutdown")
+            state, exc = outcome(work, _POLL_S)
+            if state is Outcome.SUCCEEDED:
+                return
+            if state is Outcome.FAILED:
+                raise GatherUnavailable(reason(exc))
+            if self._abandoned.is_set() or self._stopped is not None:
+                raise GatherUnavailable("the analysis stopped" if self._stopped is not None else "abandoned at shutdown")
 
     def abandon(self) -> None:
         """Releases a report thread waiting in wait_for (shutdown gave up on it)."""
@@ -170,13 +241,15 @@ class SideGroupGather:
 
     def close(self, timeout_s: float = 5.0, clean: bool = True) -> bool:
         """Waits at most timeout_s s for this rank's unfinished gathers, then releases the
-        side group (no wait once the group failed). clean=False: another collective on the
-        group (runtime control) may be unfinished. Returns True when the group was
-        destroyed; False when an unfinished collective kept it (see _keep_alive)."""
+        side group (no wait once the analysis stopped on this rank). clean=False: another
+        collective on the group (the decisions' broadcast) may be unfinished. Returns True
+        when the group was destroyed; False when an unfinished collective kept it (see
+        _keep_alive)."""
         self._abandoned.set()
-        deadline = time.monotonic() + (0.0 if self.failed is not None else timeout_s)
+        deadline = time.monotonic() + (0.0 if self._stopped is not None else timeout_s)
         while clean and self._pending:
-            if self._outcome(self._pending[0][1], deadline - time.monotonic()) is None:
+            state, _ = outcome(self._pending[0].work, max(deadline - time.monotonic(), 0.0))
+            if state is Outcome.RUNNING:
                 clean = False
                 break
             self._pending.popleft()
@@ -191,55 +264,9 @@ class SideGroupGather:
         dist.destroy_process_group(group)
         return clean
 
-    def _track(self, work: dist.Work) -> None:
-        now = time.monotonic()
-        while self._pending and self._pending[0][1].is_completed():
-            self._outcome(self._pending.popleft()[1], _POLL_S)  # notes a failure
-        self._pending.append((now, work))
-        if len(self._pending) <= self._max_pending:
-            return
-        if self.is_metrics_rank:
-            # The metrics rank never waits (its report queue bounds what is judged); its
-            # oldest gather unfinished this long means a peer is stopped.
-            if now - self._pending[0][0] > self.stall_timeout_s:
-                self.fail(f"no gather finished for {self.stall_timeout_s:.0f} s: a rank stopped?")
-            return
-        self.stalls += 1
-        if self.stalls == 1:
-            log.warning("relax_straggler: the metrics rank is %d gathers behind; waiting for it", self._max_pending)
-        if self._outcome(self._pending[0][1], self.stall_timeout_s) is None:
-            self.fail(f"the metrics rank joined no gather for {self.stall_timeout_s:.0f} s: stopped?")
-            return
-        self._pending.popleft()
-
-    def _outcome(self, work: dist.Work, timeout_s: float) -> Optional[bool]:
-        """Waits at most timeout_s s: True when the work succeeded, False when it failed (the
-        side group is then marked failed), None when it is still running."""
-        try:
-            work.wait(timedelta(seconds=max(timeout_s, 0.001)))  # 0 would mean no limit
-            return True
-        except RuntimeError as exc:
-            if not work.is_completed():
-                return None  # only our limit passed
-            self.fail(reason(exc))
-            return False
-
-    def fail(self, why: str) -> None:
-        """Ends the analysis on this rank (the side group is unusable: a rank gone or
-        stopped); logs once, the first reason wins."""
-        with self._fail_lock:
-            if self.failed is not None:
-                return
-            self.failed = why
-        log.warning("relax_straggler: the side group failed (%s); the analysis stops on this rank, training "
-                    "continues", why)
-
-
-def reason(exc: BaseException, limit: int = 160) -> str:
-    """An error as one short line for a warning (Gloo's messages run to several sentences)."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    def _fail(self, failure: SideFailure) -> None:
+        if self.failure is None:
+            self.failure = failure
 
 
 def _keep_alive(group: dist.ProcessGroup) -> None:

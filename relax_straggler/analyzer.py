@@ -4,8 +4,11 @@ One sampled step, end to end:
   begin_step -> hooks and section()s record events -> optimizer post-hook (or step())
   -> end_step reads the events once -> the row is packed and gathered asynchronously
   over the side Gloo group -> on the metrics rank the report thread judges it (the RFC
-  per-step rule, then the confirmed verdict across reports) and feeds the sinks. The
-  training thread never waits for a peer and never synchronizes.
+  per-step rule, then the confirmed verdict across reports) and feeds the sinks. Every
+  --straggler-control-every steps the metrics rank's decision (sample or hold, a runtime
+  command, stop) reaches every rank, which apply it at the same step (relax_straggler.lockstep).
+  The training thread never waits for a peer (but, one step's time at most, for a
+  decision broadcast 16 steps earlier and not arrived yet) and never synchronizes.
 
 uninstall() is bounded (SHUTDOWN_TIMEOUT_S by default) whatever a sink or a peer does, and
 a peer's failure never raises into training or out of uninstall (docs/DESIGN.md, "Shutdown and faults").
@@ -26,11 +29,12 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import core, ext
-from relax_straggler.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather, reason
+from relax_straggler.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
 from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
-from relax_straggler.control import ControlChannel, ControlCommand, ControlFile, LocalControl
+from relax_straggler.control import ControlCommand, ControlFile
+from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
 from relax_straggler.stages import STAGES, stage_id
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.kernel_evidence import KernelSource, open_source
@@ -39,6 +43,8 @@ from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, all_stages, build_report, kernel_all_stages
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
+from relax_straggler.side_failure import SideFailure
+from relax_straggler.works import reason
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +122,15 @@ class Analyzer:
         self._tokens = math.nan
         self._lock = threading.Lock()
         self._paused = False  # runtime control: no step is sampled
+        self._held = False  # the metrics rank's decision: this period samples nothing (it is behind)
+        self._hold_logged = False
+        self._stopped: Optional[SideFailure] = None  # why the analysis ended on this rank
+        self._skipped_samples = 0  # steps that would have been sampled but for a hold
+        self._step_began = time.monotonic()
+        self._last_step_s = 0.0  # wall time of the previous step: the bound of a wait for a late decision
+        # time.monotonic() since which the training thread is inside step(), None when it is not
+        # (the hang watchdog reads it).
+        self._inside_since: Optional[float] = None
         # The config each report is judged with: (first step, config), oldest first (runtime
         # control changes thresholds from a step on; reports of earlier steps keep theirs).
         self._configs: list[tuple[int, StragglerConfig]] = [(0, config)]
@@ -141,15 +156,15 @@ class Analyzer:
         if config.kernel_stats:
             self._kernels = kernel_source if kernel_source is not None else open_source(self._timer)
 
-        self._control: Union[ControlChannel, LocalControl, None] = None
-        if config.control_file:
-            is_metrics = self._gather.is_metrics_rank
-            control_file = ControlFile(config.control_file) if is_metrics else None
-            if isinstance(self._gather, SideGroupGather):
-                self._control = ControlChannel(self._gather.group, self._gather.metrics_global_rank, control_file,
-                                               config.control_every, wait_s=self._gather.stall_timeout_s)
-            else:
-                self._control = LocalControl(control_file, config.control_every)
+        # The metrics rank's decisions, reaching every rank of the analyzed group.
+        self._lockstep: Union[LockstepChannel, LocalLockstep, None] = None
+        control_file = ControlFile(config.control_file) if config.control_file and self._gather.is_metrics_rank else None
+        if isinstance(self._gather, SideGroupGather):
+            if self._gather.rank >= 0:
+                self._lockstep = LockstepChannel(self._gather.group, self._gather.metrics_global_rank,
+                                                 self._gather.global_rank, control_file, config.control_every)
+        else:
+            self._lockstep = LocalLockstep(control_file, config.control_every)
 
         self._uninstalled = False
         self._hang: Any = None
@@ -219,27 +234,62 @@ class Analyzer:
         """Ends the current step. Called by the optimizer post-hook; call it yourself only
         when install() was given optimizer=None."""
         with self._lock:
-            sample = self._timer.end_step()
-            kernel = self._kernel_fields(sample.step) if sample.sampled else None
-            if sample.sampled:
-                try:
-                    self._publish(sample, kernel)
-                except Exception:
-                    self._publish_failures += 1
-                    if self._publish_failures == 1:  # the rest are summarised at uninstall
-                        log.warning("relax_straggler: could not publish step %d; training continues (further "
-                                    "failures are counted)", sample.step, exc_info=True)
-            if self._control is not None and self._gather.failed is None:
-                self._control_step()
-            self._step += 1
-            self._tokens = math.nan
-            if self._collectives is not None:
-                self._collectives.poll()  # groups created during the step
-            self._begin_step(-1 if self._paused else self._step)  # step -1 is never sampled
+            now = time.monotonic()
+            self._last_step_s, self._step_began = now - self._step_began, now
+            self._inside_since = now
+            try:
+                sample = self._timer.end_step()
+                if sample.sampled:
+                    self._publish_sampled(sample)
+                if (self._lockstep is not None and self._stopped is None
+                        and self._step % self._lockstep.every == 0):
+                    self._lockstep_step()
+                self._step += 1
+                self._tokens = math.nan
+                if self._collectives is not None:
+                    self._collectives.poll()  # groups created during the step
+                step = self._step
+                if self._paused or self._held or self._stopped is not None:
+                    step = self._not_sampled(step)
+                self._begin_step(step)
+            finally:
+                self._inside_since = None
+
+    def _publish_sampled(self, sample: Any) -> None:
+        kernel = self._kernel_fields(sample.step)
+        try:
+            self._publish(sample, kernel)
+        except Exception:
+            self._publish_failures += 1
+            if self._publish_failures == 1:  # the rest are summarised at uninstall
+                log.warning("relax_straggler: could not publish step %d; training continues (further "
+                            "failures are counted)", sample.step, exc_info=True)
+
+    def _not_sampled(self, step: int) -> int:
+        """-1, the step the timer never samples, for `step` paused by the operator, held by
+        the metrics rank or after the analysis stopped; counts the samples a hold skips."""
+        if self._held and not self._paused and self._stopped is None:
+            if step >= self.config.warmup_steps and step % self._timer.interval == 0:
+                self._skipped_samples += 1
+        return -1
 
     def summary(self) -> Optional[RunSummary]:
         """The run summary (metrics rank only; None elsewhere)."""
         return self._summary
+
+    @property
+    def stopped_by(self) -> Optional[SideFailure]:
+        """Why the analysis ended on this rank (a side-group failure, named by the rank that
+        saw it); None while it runs. Training is never affected."""
+        return self._stopped
+
+    def inside(self) -> Optional[dict[str, Any]]:
+        """What the training thread has been doing inside the analyzer, when it is there
+        now: {"what", "step", "for_s"}; else None. Safe from any thread (the hang watchdog)."""
+        since = self._inside_since
+        if since is None:
+            return None
+        return {"what": "ending the step", "step": self._step, "for_s": max(time.monotonic() - since, 0.0)}
 
     @property
     def ops(self) -> Union[OpRecorder, NullOpRecorder]:
@@ -261,8 +311,8 @@ class Analyzer:
             "dropped_collectives": self._timer.dropped_collectives,
             "unmatched_stops": self._timer.unmatched_stops,
             "open_at_step_end": self._timer.open_at_step_end,
-            "gather_stalls": self._gather.stalls,
-            "control_refused": self._control.refused if self._control is not None else 0,
+            "skipped_samples": self._skipped_samples,
+            "control_refused": self._lockstep.refused if self._lockstep is not None else 0,
             **(self._store_sink.counters() if self._store_sink is not None else {}),
         }
 
@@ -305,27 +355,73 @@ class Analyzer:
                 _ACTIVE.remove(self)
 
     # internals -------------------------------------------------------------------------
-    def _control_step(self) -> None:
+    def _lockstep_step(self) -> None:
+        """At a decision step: notes what the side group's gathers say, applies the decision
+        due (every rank alike) and launches the next one."""
+        self._gather.poll()
         try:
-            command = self._control.at_step(self._step)
-        except RuntimeError as exc:  # a rank gone or stopped: control ends with the analysis
-            self._gather.fail(f"runtime control: {reason(exc)}")
+            decision = self._lockstep.at_step(self._step, self._decide, self._last_step_s)
+        except SideGroupFailed as exc:  # the metrics rank's decision did not come: a rank gone or stopped
+            self._stop(exc.failure)
             return
-        if command is not None:
-            self._apply(command, self._step + 1)
+        if decision is not None:
+            self._take(decision)
+
+    def _decide(self) -> tuple[bool, Optional[SideFailure]]:
+        """The metrics rank's decision launched now, (hold, stop), for the period it will be
+        applied to. Stop for the first failure seen here or asked for by another rank; hold
+        while a gather from before the previous decision is unfinished (a rank that far
+        behind) or the report queue is half full (the report thread behind). The first hold
+        is logged once, with its reason."""
+        stop = self._gather.failure or self._gather.requested
+        oldest = self._gather.oldest_unfinished_step()
+        behind = oldest is not None and oldest < self._step - self._lockstep.every
+        backlog = self._pipeline is not None and 2 * self._pipeline.backlog >= self.config.queue_size
+        if (behind or backlog) and not self._hold_logged:
+            self._hold_logged = True
+            why = (f"the rows of step {oldest} have not all arrived" if behind else
+                   f"its report queue holds {self._pipeline.backlog} of {self.config.queue_size} reports")
+            log.warning("relax_straggler: the metrics rank is behind (%s): sampling holds on every rank from step %d "
+                        "until it caught up (counted in straggler/skipped_samples); training continues", why,
+                        self._step + self._lockstep.depth * self._lockstep.every + 1)
+        return behind or backlog, stop
+
+    def _take(self, decision: Decision) -> None:
+        """Applies the metrics rank's decision from the next step on (every rank at the same step)."""
+        if decision.command is not None:
+            self._apply(decision.command, self._step + 1)
+        if decision.hold != self._held:
+            self._held = decision.hold
+            if self._gather.is_metrics_rank:
+                log.info("relax_straggler: sampling %s from step %d on every rank",
+                         "holds" if decision.hold else "resumes", self._step + 1)
+        if decision.stop is not None:
+            self._stop(decision.stop)
+
+    def _stop(self, failure: SideFailure) -> None:
+        """Ends the analysis on this rank (training goes on) with one warning naming the
+        failure; this rank's own account of it, when it saw one, has the details."""
+        own = self._gather.failure
+        text = failure.describe()
+        if own is not None and own.same(failure):
+            text = own.describe()
+        elif own is not None:
+            text += f"; here, {own.describe()}"
+        self._stopped = failure
+        self._gather.stop(failure)
+        log.warning("relax_straggler: the analysis stops on this rank from step %d: %s; training continues",
+                    self._step + 1, text)
 
     def _close_side_group(self, deadline: float) -> None:
         """Waits for the side group's last collectives until `deadline`, then releases it;
-        a failure there (a peer gone) is logged once, never raised."""
-        clean = True
-        limit = 0.0 if self._gather.failed is not None else deadline - time.monotonic()  # no wait on a failed group
+        a failure there (a peer gone) is logged once, never raised. No wait once the
+        analysis stopped (the group is broken)."""
+        def left() -> float:
+            return 0.0 if self._stopped is not None else max(deadline - time.monotonic(), 0.0)
+
+        clean = self._lockstep.close(left()) if isinstance(self._lockstep, LockstepChannel) else True
         try:
-            if self._control is not None:
-                clean = self._control.close(max(limit, 0.0))
-        except RuntimeError as exc:
-            self._gather.fail(f"runtime control: {reason(exc)}")  # logs unless the analysis already stopped
-        try:
-            self._gather.close(max(deadline - time.monotonic(), 0), clean=clean)
+            self._gather.close(left(), clean=clean)
         except (RuntimeError, ValueError) as exc:  # e.g. the default group already destroyed
             log.warning("relax_straggler: the side group could not be released cleanly: %s", reason(exc))
 
@@ -355,7 +451,8 @@ class Analyzer:
     def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
                               self._hooks.forward_passes, kernel)
-        pending = self._gather.gather(row, self._ops.take_row(sample.step))
+        request = None if self._gather.is_metrics_rank else self._gather.failure  # the metrics rank decides itself
+        pending = self._gather.gather(row, self._ops.take_row(sample.step), sample.step, request)
         if pending is not None and self._pipeline is not None:
             self._pipeline.submit(pending, sample.step)
 
@@ -411,7 +508,7 @@ def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[l
     return HangWatchdog(rank=dist.get_rank(), ranks=ranks, metrics_rank=analyzer._gather.metrics_global_rank,
                         hang_s=config.hang_seconds, steps=lambda: analyzer._step,
                         progress=collectives.progress if collectives is not None else list, channel=channel,
-                        publish=HangPublisher(sinks, config)).start()
+                        publish=HangPublisher(sinks, config), inside=analyzer.inside).start()
 
 
 def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:

@@ -55,8 +55,9 @@ class StragglerConfig:
         None, "Runtime control: a JSON command in this file ({\"enabled\": false}, {\"interval\": 20}, "
               "{\"relative_threshold\": 1.3}) is read by the metrics rank and applied on every rank at the same "
               "step.")
-    control_every: int = flag_field(50, "Steps between reads of the control file (and its broadcast to every "
-                                        "rank).")
+    control_every: int = flag_field(50, "Steps between the metrics rank's decisions to every rank (sample or "
+                                        "hold, the control file's command, stop), each applied at least 16 steps "
+                                        "after it was sent.")
     queue_size: int = flag_field(64, "Reports waiting for the sinks before new ones are dropped (and counted).")
     max_events: int = flag_field(4096, "Timing events per step (two per section).")  # event-pool slots
     max_ops: Optional[int] = flag_field(

@@ -10,11 +10,10 @@ An operator writes a JSON object to the control file (``--straggler-control-file
 Only the metrics rank reads the file: every ``control_every`` steps it looks at the file's
 modification time and, when the file changed, parses it. A malformed command (not JSON,
 an unknown field, a value out of range) is refused with one warning naming the field and
-changes nothing. The command travels to every rank over the side Gloo group as one fixed
-float64 row (an async broadcast launched at step s and read at step s + control_every,
-long finished by then since training keeps the ranks within a step of each other), and
-every rank applies it at that same step. Paused, an analyzer samples nothing and gathers
-nothing; it keeps this one broadcast every control_every steps, so that it can be resumed.
+changes nothing. The command travels to every rank in the metrics rank's next decision
+(relax_straggler.lockstep), and every rank applies it at the same step. Paused, an
+analyzer samples nothing and gathers nothing; the decisions go on, so that it can be
+resumed.
 """
 
 from __future__ import annotations
@@ -24,12 +23,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Optional
-
-import numpy as np
-import torch
-import torch.distributed as dist
 
 log = logging.getLogger(__name__)
 
@@ -114,105 +108,3 @@ class ControlFile:
             return None
         log.info("relax_straggler: control command accepted: %s", command.changes())
         return command
-
-
-def _encode(sequence: int, command: Optional[ControlCommand]) -> np.ndarray:
-    # [sequence, enabled (-1 unchanged, 0, 1), interval (0 unchanged), relative_threshold,
-    # absolute_ms_threshold (NaN unchanged)]
-    row = np.array([sequence, -1, 0, math.nan, math.nan], dtype=np.float64)
-    if command is not None:
-        if command.enabled is not None:
-            row[1] = float(command.enabled)
-        if command.interval is not None:
-            row[2] = command.interval
-        if command.relative_threshold is not None:
-            row[3] = command.relative_threshold
-        if command.absolute_ms_threshold is not None:
-            row[4] = command.absolute_ms_threshold
-    return row
-
-
-def _decode(row: np.ndarray) -> Optional[ControlCommand]:
-    command = ControlCommand(None if row[1] < 0 else bool(row[1]), None if row[2] < 1 else int(row[2]),
-                             None if math.isnan(row[3]) else float(row[3]),
-                             None if math.isnan(row[4]) else float(row[4]))
-    return command if command.changes() else None
-
-
-class ControlChannel:
-    """Carries the metrics rank's commands to every rank of the side group.
-
-    group / source: the side Gloo group and the global rank of the metrics rank;
-    control_file: the metrics rank's ControlFile (None elsewhere); every: steps between
-    broadcasts (>= 1). at_step(step) is called by every rank at the end of every step and
-    returns the command to apply from the next step on, identical on every rank; it raises
-    RuntimeError when the previous broadcast failed or did not finish within wait_s seconds
-    (a rank gone or stopped).
-    """
-
-    def __init__(self, group: Any, source: int, control_file: Optional[ControlFile], every: int,
-                 wait_s: float = 300.0) -> None:
-        if every < 1:
-            raise ValueError(f"--straggler-control-every must be >= 1, got {every}")
-        self._group, self._source, self._file, self.every = group, source, control_file, every
-        self._wait = timedelta(seconds=wait_s)
-        self._sequence = 0
-        self._in_flight: Optional[tuple[Any, torch.Tensor]] = None
-
-    @property
-    def refused(self) -> int:
-        """Malformed commands refused (metrics rank; 0 elsewhere)."""
-        return self._file.refused if self._file is not None else 0
-
-    def at_step(self, step: int) -> Optional[ControlCommand]:
-        if step % self.every:
-            return None
-        command = None
-        if self._in_flight is not None:
-            work, buffer = self._in_flight
-            work.wait(self._wait)
-            command = _decode(buffer.numpy())
-        self._sequence += 1
-        outgoing = self._file.poll() if self._file is not None else None
-        buffer = torch.from_numpy(_encode(self._sequence, outgoing))
-        self._in_flight = (dist.broadcast(buffer, src=self._source, group=self._group, async_op=True), buffer)
-        return command
-
-    def close(self, timeout_s: float = 5.0) -> bool:
-        """Waits at most timeout_s s for the last broadcast (every rank launched it), before
-        the group goes. False when it is still unfinished (a rank stopped); raises
-        RuntimeError when it failed."""
-        if self._in_flight is None:
-            return True
-        work, self._in_flight = self._in_flight[0], None
-        try:
-            work.wait(timedelta(seconds=max(timeout_s, 0.001)))  # 0 would mean no limit
-        except RuntimeError:
-            if not work.is_completed():
-                return False
-            raise
-        return True
-
-
-class LocalControl:
-    """ControlChannel for a single process (torch.distributed not initialized): the same
-    cadence, a command polled at step s applies from step s + every."""
-
-    def __init__(self, control_file: ControlFile, every: int) -> None:
-        if every < 1:
-            raise ValueError(f"--straggler-control-every must be >= 1, got {every}")
-        self._file, self.every = control_file, every
-        self._pending: Optional[ControlCommand] = None
-
-    @property
-    def refused(self) -> int:
-        return self._file.refused
-
-    def at_step(self, step: int) -> Optional[ControlCommand]:
-        if step % self.every:
-            return None
-        command, self._pending = self._pending, self._file.poll()
-        return command
-
-    def close(self, timeout_s: float = 5.0) -> bool:
-        return True

@@ -9,6 +9,7 @@ flight_recorder  the same answer from PyTorch Flight Recorder dumps (fr_dumps re
             slow_collectives the duration evidence beside it), for `relax-straggler analyze`
 """
 
-from relax_straggler.hang.diagnose import DESYNC, LAGGING, MISSING, NONE, Finding, HangAnswer, compact, diagnose
+from relax_straggler.hang.diagnose import (ANALYZER, DESYNC, LAGGING, MISSING, NONE, Finding, HangAnswer, compact,
+                                           diagnose)
 
-__all__ = ["DESYNC", "LAGGING", "MISSING", "NONE", "Finding", "HangAnswer", "compact", "diagnose"]
+__all__ = ["ANALYZER", "DESYNC", "LAGGING", "MISSING", "NONE", "Finding", "HangAnswer", "compact", "diagnose"]

@@ -3,7 +3,9 @@ snapshots (docs/DESIGN.md, "When the job stops"). Pure Python, no torch.
 
 A snapshot is what one rank's watchdog published (relax_straggler.hang.watchdog):
 {"rank", "step", "wall", "stalled_s", "groups": [{"name", "desc", "ranks", "collective",
-"p2p", "completed"}]} with each of the last three None or {"seq", "op", "ago_s"}.
+"p2p", "completed"}], "analyzer"} with each of the group's last three None or {"seq",
+"op", "ago_s"}, and "analyzer" None or {"what", "step", "for_s"}: the training thread
+has been inside the analyzer that long (Analyzer.inside).
 
 Within one process group every member numbers its collectives alike, so at a hang:
   lagging    a member whose last collective is older than its peers' never entered the
@@ -11,6 +13,9 @@ Within one process group every member numbers its collectives alike, so at a han
   missing    a member with no snapshot (stopped, dead, or its watchdog could not write)
              while the others wait in the group's newest collective.
   desync     members at the same sequence number entered different ops.
+  analyzer   a rank whose training thread has been inside the analyzer for at least half
+             the stop: the stop is the analyzer's own (relax_straggler's fault), not the
+             job's; such findings come first, whatever the groups show.
 A rank that holds one group may itself wait in another group held by someone else; the
 answer names the ranks at the end of such chains first. The ranks that hold one group alike
 (the same kind, the same last completed op, all at the end of a chain or none) are one
@@ -23,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
-LAGGING, MISSING, DESYNC, NONE = "lagging", "missing", "desync", "none"
+LAGGING, MISSING, DESYNC, ANALYZER, NONE = "lagging", "missing", "desync", "analyzer", "none"
 # How a rank without a snapshot is named, for one rank and for several: the live wording.
 PUBLISHED_NOTHING = ("published no progress (stopped, dead or cut off)",) * 2
 TEXT_FINDINGS = 10  # findings in the answer's text; the rest are counted
@@ -65,6 +70,9 @@ class Finding:
             return f"desync in {where} at collective #{self.seq}: {ops}"
         several = len(self.ranks) > 1
         who = f"ranks {compact(self.ranks, TEXT_RUNS)}" if several else f"rank {self.rank}"
+        if self.kind == ANALYZER:
+            return (f"relax_straggler itself has held the training thread of {who} for {self.waited_s:.0f} s "
+                    f"({self.op}, step {self.seq}): the analyzer's own stall, not the job's")
         if self.kind == MISSING:
             return f"{who} {self.absent[several]} and never joined {self.op} #{self.seq} of {where}; {others}"
         whose = "their" if several else f"rank {self.rank}'s"
@@ -172,7 +180,20 @@ def diagnose(snapshots: Mapping[int, Mapping[str, Any]], ranks: Iterable[int],
                                    waiting_somewhere)]
     step = max((int(s["step"]) for s in snapshots.values()), default=-1)
     stalled = max((float(s["stalled_s"]) for s in snapshots.values()), default=0.0)
-    return HangAnswer(tuple(_roots_first(findings, waiting_somewhere)), no_snapshot, step, stalled)
+    ours = _analyzer_findings(snapshots)
+    return HangAnswer(tuple(ours + _roots_first(findings, waiting_somewhere)), no_snapshot, step, stalled)
+
+
+def _analyzer_findings(snapshots: Mapping[int, Mapping[str, Any]]) -> list[Finding]:
+    """One finding per rank whose training thread has been inside the analyzer for at least
+    half its stop, longest first."""
+    out = []
+    for rank, snap in snapshots.items():
+        inside = snap.get("analyzer")
+        if inside and 2 * float(inside["for_s"]) >= float(snap["stalled_s"]):
+            out.append(Finding(kind=ANALYZER, rank=rank, group="", group_ranks=(), op=str(inside["what"]),
+                               seq=int(inside["step"]), waiting=(), waited_s=float(inside["for_s"])))
+    return sorted(out, key=lambda f: (-f.waited_s, f.rank))
 
 
 def _current_group(snap: Mapping[str, Any]) -> Optional[str]:

@@ -1,7 +1,8 @@
 """HangWatchdog: a thread per rank that notices when no step has ended for hang_s seconds.
 
-It only reads: the step counter (polled; the training thread does nothing for it) and
-the collective layer's progress counters. At a hang it writes this rank's snapshot
+It only reads: the step counter (polled; the training thread does nothing for it), the
+collective layer's progress counters and whether the training thread is inside the
+analyzer itself (then a stop is the analyzer's fault, and the answer says so first). At a hang it writes this rank's snapshot
 through the StoreChannel (bounded by the channel's timeout), once per hang; when steps
 end again it removes it. The analyst then reads every rank's snapshot and publishes the
 answer once per hang: the metrics rank, or, when the metrics rank has published nothing
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from relax_straggler.hang.channel import StoreChannel
 from relax_straggler.hang.diagnose import HangAnswer, diagnose
@@ -29,17 +30,20 @@ log = logging.getLogger(__name__)
 class HangWatchdog:
     """rank: this global rank; ranks: every analysed global rank; metrics_rank: the global
     rank that normally answers. steps() -> steps ended so far; progress() -> the groups'
-    progress (CollectiveLayer.progress, or [] without the collective layer). publish(answer)
+    progress (CollectiveLayer.progress, or [] without the collective layer); inside() ->
+    what the training thread does inside the analyzer (Analyzer.inside), or None. publish(answer)
     is called once per hang on the analysing rank. hang_s > 0; poll_s and collect_s default
     to min(1, hang_s / 4) and min(10, max(2, hang_s / 2))."""
 
     def __init__(self, *, rank: int, ranks: list[int], metrics_rank: int, hang_s: float,
                  steps: Callable[[], int], progress: Callable[[], list[dict[str, Any]]], channel: StoreChannel,
-                 publish: Callable[[HangAnswer], None], poll_s: float = 0.0, collect_s: float = 0.0) -> None:
+                 publish: Callable[[HangAnswer], None], inside: Callable[[], Optional[dict[str, Any]]] = lambda: None,
+                 poll_s: float = 0.0, collect_s: float = 0.0) -> None:
         if not hang_s > 0:
             raise ValueError(f"hang_s must be > 0, got {hang_s!r}")
         self.rank, self.ranks, self.metrics_rank, self.hang_s = rank, sorted(ranks), metrics_rank, hang_s
         self._steps, self._progress, self._channel, self._publish = steps, progress, channel, publish
+        self._inside = inside
         self.poll_s = poll_s or min(1.0, hang_s / 4)
         self.collect_s = collect_s or min(10.0, max(2.0, hang_s / 2))
         self.answers = 0  # hangs answered by this rank
@@ -78,7 +82,7 @@ class HangWatchdog:
                 continue
             if published_at is None:
                 snap = {"rank": self.rank, "step": last - 1, "wall": time.time(), "stalled_s": stalled,
-                        "groups": self._progress()}
+                        "groups": self._progress(), "analyzer": self._inside()}
                 if not self._quietly(lambda: self._channel.put_snapshot(self.rank, snap), "publish its snapshot"):
                     failed = True  # the store is unreachable: nothing more this hang
                     continue

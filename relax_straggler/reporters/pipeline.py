@@ -76,6 +76,11 @@ class ReportPipeline:
             if self.dropped_reports == 1:
                 log.warning("relax_straggler: report queue full; dropping reports (counted in straggler/dropped_reports)")
 
+    @property
+    def backlog(self) -> int:
+        """Reports queued and not yet taken by the thread (approximate, never blocks)."""
+        return self._queue.qsize()
+
     def close(self, timeout_s: float = 5.0) -> bool:
         """Delivers what is queued for at most timeout_s s, then stops the thread. Returns
         True when every submitted report was delivered, dropped or failed; False when the

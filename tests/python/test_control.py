@@ -9,7 +9,9 @@ import os
 import pytest
 
 from conftest import REAL_RUNS, REPO, torchrun
-from relax_straggler.control import ControlCommand, ControlFile, LocalControl, parse_command
+from workers.step_times import assert_not_blocked
+from relax_straggler.control import ControlCommand, ControlFile, parse_command
+from relax_straggler.lockstep import LocalLockstep
 
 pytestmark = REAL_RUNS
 
@@ -50,25 +52,27 @@ def test_the_file_is_read_once_per_change_and_a_bad_one_changes_nothing(tmp_path
     assert control.poll() is None and control.refused == 1
 
 
-def test_a_single_process_applies_a_command_one_period_after_it_is_read(tmp_path):
+def test_a_single_process_applies_a_command_as_many_periods_after_it_is_read_as_the_ranks_do(tmp_path):
     path = tmp_path / "control.json"
     path.write_text('{"interval": 4}')
-    control = LocalControl(ControlFile(str(path)), every=5)
-    applied = {step: control.at_step(step) for step in range(16)}
-    assert {s: c for s, c in applied.items() if c is not None} == {5: ControlCommand(interval=4)}
+    control = LocalLockstep(ControlFile(str(path)), every=5)  # read 4 periods (20 steps) later
+    applied = {step: control.at_step(step, lambda: (False, None), 0.0) for step in range(40)}
+    assert {s: d.command for s, d in applied.items() if d is not None and d.command} == {20: ControlCommand(interval=4)}
 
 
 def test_four_ranks_pause_resume_and_repace_at_the_same_step_with_unchanged_losses(tmp_path):
     worker = REPO / "tests" / "python" / "workers" / "control.py"
     observed, unobserved = tmp_path / "observed.json", tmp_path / "unobserved.json"
-    torchrun(4, worker, [str(observed), str(tmp_path / "control.json"), "70"])
-    torchrun(4, worker, [str(unobserved), str(tmp_path / "unused.json"), "70", "--unobserved"])
+    torchrun(4, worker, [str(observed), str(tmp_path / "control.json"), "90"])
+    torchrun(4, worker, [str(unobserved), str(tmp_path / "unused.json"), "90", "--unobserved"])
     ranks = json.loads(observed.read_text())
-    # Written before step 12, read at step 15, applied from step 21: paused. Resumed with
-    # interval 3 (written at 32, read at 35) from step 41. The malformed command of step 52
-    # (read at 55) is refused; the threshold of step 62 changes no sampling.
-    expected = list(range(2, 21, 2)) + [s for s in range(41, 70) if s % 3 == 0]
+    # Decisions every 8 steps, each read 2 decisions (16 steps) later. Written before step
+    # 12, read at step 16, applied from step 33: paused. Resumed with interval 3 (written
+    # and read at 40) from step 57. The malformed command of step 60 (read at 64) is
+    # refused; the threshold of step 70 changes no sampling.
+    expected = list(range(2, 33, 2)) + [s for s in range(57, 90) if s % 3 == 0]
     for r in ranks:
         assert r["sampled"] == expected, r["sampled"]
     assert ranks[0]["refused"] == 1
+    assert_not_blocked({i: r["step_s"] for i, r in enumerate(ranks)}, warmup=2, expected_steps=90)
     assert [r["losses"] for r in ranks] == [r["losses"] for r in json.loads(unobserved.read_text())]

@@ -19,7 +19,8 @@ import time
 import pytest
 
 from conftest import REAL_RUNS, REPO, wait_for
-from relax_straggler.hang import DESYNC, LAGGING, MISSING, NONE, compact, diagnose
+from relax_straggler.hang import ANALYZER, DESYNC, LAGGING, MISSING, NONE, compact, diagnose
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -63,6 +64,24 @@ def test_the_rank_that_never_entered_is_named_with_its_last_completed_op():
                             "waited 92 s in it; rank 5's last completed op: send #881 of group pp-1")
     m = answer.metrics()
     assert (m["straggler/hang/rank"], m["straggler/hang/group_ranks"], m["straggler/hang/seq"]) == (5, "4-7", 1234)
+
+
+def test_a_training_thread_held_inside_the_analyzer_is_the_analyzers_fault_first():
+    # Rank 5 has been inside the analyzer's step() for the whole stop, so it never entered
+    # the all_reduce its peers wait in: the groups alone would blame the job's rank 5.
+    world = range(4, 8)
+    snaps = {r: snap(r, [group("3", world, entry(1234, ago=12.0), desc="dp-3")]) for r in world if r != 5}
+    snaps[5] = {**snap(5, [group("3", world, entry(1233, ago=12.5), desc="dp-3")]),
+                "analyzer": {"what": "ending the step", "step": 41, "for_s": 12.2}}
+    snaps[6]["analyzer"] = {"what": "ending the step", "step": 42, "for_s": 0.001}  # passing through: not held
+    answer = diagnose(snaps, world)
+    assert answer.kind == ANALYZER
+    assert [f.kind for f in answer.findings] == [ANALYZER, LAGGING]
+    f = answer.findings[0]
+    assert (f.rank, f.op, f.seq) == (5, "ending the step", 41)
+    assert answer.text().startswith("relax_straggler itself has held the training thread of rank 5 for 12 s "
+                                    "(ending the step, step 41): the analyzer's own stall, not the job's;")
+    assert answer.metrics()["straggler/hang/kind"] == "analyzer"
 
 
 def test_a_rank_without_a_snapshot_is_named_missing():
@@ -243,6 +262,8 @@ def run_until_answer(tmp_path, stop_rank: int, how: str, monitor=None) -> tuple[
             assert rca["answer"] == answer["straggler/hang/answer"], rca
         wall, pid = stopped.read_text().split()
         delay = seen - float(wall)
+        assert_not_blocked({r: json.loads((tmp_path / f"steps{r}.json").read_text()) for r in range(4)}, warmup=1,
+                           expected_steps=4)  # the steps before the stop
         # Interruptible: SIGTERM to the launcher ends the run (a SIGSTOPped rank sees it once continued).
         os.kill(int(pid), signal.SIGCONT)
         proc.send_signal(signal.SIGTERM)
@@ -280,6 +301,14 @@ def test_a_rank_that_stops_before_an_all_reduce_is_named(tmp_path):
     assert "[straggler] HANG after step 4: rank 2 never entered all_reduce #6 of group default_pg" in out
 
 
+def test_a_stop_inside_the_analyzer_is_the_analyzers_fault_not_the_jobs(tmp_path):
+    m, delay, out = run_until_answer(tmp_path, stop_rank=1, how="analyzer")
+    assert delay <= HANG_S + 10, delay
+    assert (m["straggler/hang/kind"], m["straggler/hang/rank"], m["straggler/hang/seq"]) == (ANALYZER, 1, 4)
+    assert "relax_straggler itself has held the training thread of rank 1" in m["straggler/hang/answer"]
+    assert "the analyzer's own stall, not the job's" in out
+
+
 def test_a_stopped_metrics_rank_is_named_by_another_rank(tmp_path):
     m, delay, out = run_until_answer(tmp_path, stop_rank=0, how="sigstop")
     assert delay <= HANG_S + 10, delay
@@ -315,13 +344,13 @@ class MemoryChannel:
         self.answers.append(answer)
 
 
-def watchdog(channel, steps, answers, hang_s=0.3, rank=0):
+def watchdog(channel, steps, answers, hang_s=0.3, rank=0, inside=lambda: None):
     from relax_straggler.hang.watchdog import HangWatchdog
 
     progress = [group("0", (0,), entry(3, ago=1.0), desc="default_pg")]
     return HangWatchdog(rank=rank, ranks=[0], metrics_rank=0, hang_s=hang_s, steps=lambda: steps[0],
-                        progress=lambda: progress, channel=channel, publish=answers.append, poll_s=0.05,
-                        collect_s=0.1)
+                        progress=lambda: progress, channel=channel, publish=answers.append, inside=inside,
+                        poll_s=0.05, collect_s=0.1)
 
 
 def test_a_job_that_keeps_stepping_publishes_nothing():
@@ -334,6 +363,19 @@ def test_a_job_that_keeps_stepping_publishes_nothing():
     finally:
         w.stop()
     assert (channel.puts, answers) == (0, [])
+
+
+def test_a_stop_inside_the_analyzer_is_published_as_the_analyzers():
+    channel, steps, answers = MemoryChannel(), [3], []
+    since = time.monotonic()
+    inside = lambda: {"what": "ending the step", "step": 3, "for_s": time.monotonic() - since}  # noqa: E731
+    w = watchdog(channel, steps, answers, inside=inside).start()
+    try:
+        wait_for(lambda: answers, timeout_s=10, what="the answer")
+    finally:
+        w.stop()
+    assert channel.data[0]["analyzer"]["step"] == 3
+    assert answers[0].kind == ANALYZER and answers[0].findings[0].rank == 0
 
 
 def test_one_answer_per_hang_and_the_snapshot_goes_when_steps_resume():

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import REAL_RUNS, REPO, torchrun
+from workers.step_times import assert_not_blocked
 
 import relax_straggler
 from relax_straggler import StragglerConfig
@@ -121,10 +122,14 @@ def test_two_ranks_training_thread_issues_only_one_side_gather_per_sampled_step(
     for rank, calls in enumerate(json.loads(out.read_text())):
         sampled = [s for s in range(12) if s % 3 == 0]
         assert calls["reads_per_step"] == [1 if s in sampled else 0 for s in range(12)], rank
-        # One gather per sampled step, on the side group; nothing on the training group,
-        # no barrier, no device synchronize.
-        assert calls["collectives"] == [["gather", "side", s] for s in sampled], rank
+        # One gather per sampled step and the metrics rank's decision every 5th step
+        # (--straggler-control-every 5), async on the side group; nothing on the training
+        # group, no barrier, no device synchronize.
+        expected = [[op, "side", s] for s in range(12)
+                    for op, due in (("gather", s % 3 == 0), ("broadcast", s % 5 == 0)) if due]
+        assert calls["collectives"] == expected, rank
         assert calls["synchronize"] == 0
+        assert_not_blocked({rank: calls["step_s"]}, warmup=1, expected_steps=12)
 
 
 # CUDA ------------------------------------------------------------------------------------

@@ -15,11 +15,12 @@ import torch.nn.functional as F
 
 import relax_straggler
 from gathered import write_every_rank  # beside this file
+from step_times import StepClock
 from relax_straggler import StragglerConfig
 
 # step -> the command rank 0 writes before that step.
-COMMANDS = {12: {"enabled": False}, 32: {"enabled": True, "interval": 3}, 52: {"interval": "fast"},
-            62: {"relative_threshold": 1.5}}
+COMMANDS = {12: {"enabled": False}, 40: {"enabled": True, "interval": 3}, 60: {"interval": "fast"},
+            70: {"relative_threshold": 1.5}}
 
 
 def main() -> None:
@@ -30,10 +31,11 @@ def main() -> None:
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Embedding(32, 16), nn.Linear(16, 32)))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    config = StragglerConfig(enabled=observed, interval=2, warmup_steps=2, control_file=control, control_every=5)
+    config = StragglerConfig(enabled=observed, interval=2, warmup_steps=2, control_file=control, control_every=8)
     analyzer = relax_straggler.install(model, opt, config=config)
     gen = torch.Generator().manual_seed(rank)
     sampled, losses = [], []
+    clock = StepClock()
     for step in range(steps):
         if rank == 0 and step in COMMANDS:
             with open(control + ".tmp", "w") as fh:
@@ -41,15 +43,16 @@ def main() -> None:
             os.replace(control + ".tmp", control)
         if observed and analyzer.timer.sampled:
             sampled.append(step)
-        x = torch.randint(0, 32, (4, 8), generator=gen)
-        loss = F.cross_entropy(model(x).view(-1, 32), x.view(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
+        with clock:
+            x = torch.randint(0, 32, (4, 8), generator=gen)
+            loss = F.cross_entropy(model(x).view(-1, 32), x.view(-1))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
         losses.append(loss.item().hex())
     refused = analyzer.counters()["control_refused"] if observed else 0
     analyzer.uninstall()
-    write_every_rank(out, {"sampled": sampled, "losses": losses, "refused": refused})
+    write_every_rank(out, {"sampled": sampled, "losses": losses, "refused": refused, "step_s": clock.times})
     gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 

@@ -7,10 +7,14 @@ store OUT_DIR/store (job JOB), sampled every 2nd step.
 At step STOP_STEP (sampled) the rank STOP_RANK stops after its collectives, before the
 step ends: the others end the step, send their rows over the analyzer's side group (where
 the metrics rank then waits for the stopped rank's row) and block in the next world
-all_reduce. HOW = "sleep" (sleeps forever; its Python threads still run) or "sigstop"
-(the whole process stops). It first writes "WALL_TIME PID" to OUT_DIR/stopped.
+all_reduce. HOW = "sleep" (sleeps forever; its Python threads still run), "sigstop"
+(the whole process stops) or "analyzer" (the rank's own analyzer holds its training
+thread inside step(), as a fault of the analyzer would). It first writes "WALL_TIME PID"
+to OUT_DIR/stopped. Every rank writes its step times so far to OUT_DIR/steps{RANK}.json
+at STOP_STEP.
 """
 
+import json
 import os
 import signal
 import sys
@@ -21,6 +25,7 @@ import torch.distributed as dist
 
 import relax_straggler
 from relax_straggler import StragglerConfig
+from step_times import StepClock  # beside this file
 
 STOP_STEP = 4
 HANG_S = 3.0
@@ -38,20 +43,28 @@ def main() -> None:
                              store_url=f"file://{os.path.join(out, 'store')}?job={JOB}")
     analyzer = relax_straggler.install(None, config=config)
     x = torch.ones(4)
+    clock = StepClock()
     for step in range(10_000):
         with analyzer.section("forward"):
             time.sleep(0.02)
         dist.all_reduce(x)
         time.sleep(0.02)
         dist.all_reduce(x, group=pair)
+        if step == STOP_STEP:
+            with open(os.path.join(out, f"steps{rank}.json"), "w") as fh:
+                json.dump(clock.times, fh)
         if step == STOP_STEP and rank == stop_rank:
             with open(os.path.join(out, "stopped"), "w") as fh:
                 fh.write(f"{time.time()} {os.getpid()}")
             if how == "sigstop":
                 os.kill(os.getpid(), signal.SIGSTOP)
-            while True:
-                time.sleep(3600)
+            if how == "analyzer":
+                analyzer._publish = lambda *args: time.sleep(3600)  # held inside step()
+            else:
+                while True:
+                    time.sleep(3600)
         analyzer.step()
+        clock.lap()
 
 
 if __name__ == "__main__":

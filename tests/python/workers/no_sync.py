@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import relax_straggler
 from gathered import write_every_rank  # beside this file
+from step_times import StepClock
 from relax_straggler import StragglerConfig
 
 COLLECTIVES = ("all_gather", "all_gather_into_tensor", "all_gather_object", "all_reduce", "all_to_all",
@@ -31,7 +32,7 @@ def main() -> None:
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Embedding(32, 16), nn.Linear(16, 32)))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     analyzer = relax_straggler.install(model, opt, config=StragglerConfig(enabled=True, interval=interval,
-                                                                          warmup_steps=0))
+                                                                          warmup_steps=0, control_every=5))
     training_thread = threading.get_ident()
     recording = {"on": False, "step": -1}
     collectives: list[list] = []
@@ -57,19 +58,22 @@ def main() -> None:
 
     gen = torch.Generator().manual_seed(rank)
     reads = []
+    clock = StepClock()
     for step in range(steps):
         before = analyzer.timer.read_points
         recording.update(on=True, step=step)
-        with analyzer.section("data"):
-            x = torch.randint(0, 32, (4, 8), generator=gen)
-        F.cross_entropy(model(x).view(-1, 32), x.view(-1)).backward()
-        opt.step()
-        opt.zero_grad()
+        with clock:
+            with analyzer.section("data"):
+                x = torch.randint(0, 32, (4, 8), generator=gen)
+            F.cross_entropy(model(x).view(-1, 32), x.view(-1)).backward()
+            opt.step()
+            opt.zero_grad()
         recording["on"] = False
         reads.append(analyzer.timer.read_points - before)
     analyzer.uninstall()
 
-    write_every_rank(out, {"reads_per_step": reads, "collectives": collectives, "synchronize": syncs[0]})
+    write_every_rank(out, {"reads_per_step": reads, "collectives": collectives, "synchronize": syncs[0],
+                           "step_s": clock.times})
     gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 
