@@ -124,16 +124,22 @@ def main(argv: list[str] | None = None) -> int:
             contender.stop()
     analyzer.uninstall()
 
+    every_rank = [step_ms]
+    if distributed:  # each rank's step times: the analysis never holds a step on any rank
+        every_rank = [None] * world
+        dist.all_gather_object(every_rank, step_ms)
     if rank == 0:
-        write_summary(args, analyzer, losses, step_ms, world)
+        write_summary(args, analyzer, losses, every_rank, world)
     if distributed:
         gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
         dist.destroy_process_group()
     return 0
 
 
-def write_summary(args: argparse.Namespace, analyzer, losses: list[float], step_ms: list[float], world: int) -> None:
+def write_summary(args: argparse.Namespace, analyzer, losses: list[float], step_ms_by_rank: list[list[float]],
+                  world: int) -> None:
     os.makedirs(args.output, exist_ok=True)
+    step_ms = step_ms_by_rank[0]
     warm = step_ms[min(10, len(step_ms) - 1):]
     summary = {
         "world_size": world,
@@ -143,6 +149,7 @@ def write_summary(args: argparse.Namespace, analyzer, losses: list[float], step_
         "median_step_ms": sorted(warm)[len(warm) // 2],
         "mean_step_ms": sum(warm) / len(warm),
         "straggler_analysis": analyzer.enabled,
+        "step_ms_by_rank": step_ms_by_rank,
     }
     run_summary = analyzer.summary()
     if run_summary is not None:

@@ -26,6 +26,7 @@ import importlib.util
 import logging
 import math
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
@@ -82,7 +83,8 @@ class RunComparison:
     tensor_mismatches: "rank R: name" of every differing (or missing, or reshaped)
     state tensor, sorted. sampled_steps: steps the analyzer read (its timer's read
     points; 0 for an off run), summed over ranks. reports: reports the metrics rank
-    received.
+    received. step_s: each rank's wall time of every training step, s, in rank order
+    (observing must never block a step: docs/PARITY.md).
     """
 
     name: str
@@ -96,6 +98,7 @@ class RunComparison:
     tensors_compared: int
     tensor_mismatches: tuple[str, ...]
     max_tensor_abs_diff: float
+    step_s: tuple[tuple[float, ...], ...] = ()
 
     @property
     def identical(self) -> bool:
@@ -142,12 +145,13 @@ class ParityResult:
 
 @dataclass(frozen=True)
 class _Trace:
-    """What one rank recorded in one run: per-step losses and the final state (CPU)."""
+    """What one rank recorded in one run: per-step losses and wall times (s), the final state (CPU)."""
 
     losses: list[torch.Tensor]
     state: dict[str, torch.Tensor]
     sampled_steps: int
     reports: int
+    step_s: list[float]
 
 
 def seed_everything(seed: int) -> None:
@@ -188,10 +192,12 @@ def run_training(factory: TrainingFactory, seed: int, steps: int, config: Stragg
         reports += 1
 
     analyzer = relax_straggler.install(training.model, training.optimizer, config=config, report_fn=count_report)
-    losses = []
+    losses, step_s = [], []
     try:
         for i in range(steps):
+            began = time.perf_counter()
             loss = training.step(analyzer, i)
+            step_s.append(time.perf_counter() - began)
             if not (isinstance(loss, torch.Tensor) and loss.is_floating_point()):
                 raise TypeError(f"step {i}: the step function must return the loss as a floating tensor, "
                                 f"got {type(loss).__name__}")
@@ -201,7 +207,7 @@ def run_training(factory: TrainingFactory, seed: int, steps: int, config: Stragg
     sampled = analyzer.timer.read_points if isinstance(analyzer, Analyzer) else 0
     state = training.state() if training.state is not None else default_state(training)
     return _Trace(losses=[t.cpu() for t in losses], state={k: v.detach().cpu().clone() for k, v in state.items()},
-                  sampled_steps=int(sampled), reports=reports)
+                  sampled_steps=int(sampled), reports=reports, step_s=step_s)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -237,7 +243,8 @@ def compare(name: str, interval: Optional[int], ref: _Trace, run: _Trace, rank: 
         name=name, interval=interval, steps=len(run.losses), sampled_steps=run.sampled_steps, reports=run.reports,
         loss_mismatches=len(mismatched_steps), first_mismatch_step=min(mismatched_steps, default=None),
         max_loss_abs_diff=loss_diff, tensors_compared=len(names),
-        tensor_mismatches=tuple(f"rank {rank}: {n}" for n in bad), max_tensor_abs_diff=tensor_diff)
+        tensor_mismatches=tuple(f"rank {rank}: {n}" for n in bad), max_tensor_abs_diff=tensor_diff,
+        step_s=(tuple(run.step_s),))
 
 
 def merge(parts: Sequence[RunComparison]) -> RunComparison:
@@ -253,6 +260,7 @@ def merge(parts: Sequence[RunComparison]) -> RunComparison:
         tensors_compared=sum(p.tensors_compared for p in parts),
         tensor_mismatches=tuple(sorted(m for p in parts for m in p.tensor_mismatches)),
         max_tensor_abs_diff=max(p.max_tensor_abs_diff for p in parts),
+        step_s=tuple(times for p in parts for times in p.step_s),
     )
 
 

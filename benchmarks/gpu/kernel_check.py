@@ -19,8 +19,8 @@ Writes the reports (--straggler-jsonl, default OUTPUT with the suffix .jsonl) an
 JSON object: per report the confirmed verdict's status, rank, stage and cause, the
 published straggler/{stage}/kernel_ms, idle_ms, nccl_ms (the stage's top rank's) and each
 rank's own kernel fields and top kernels of that step; per rank the collector's mode, its dropped, invalid
-and unattributed record counts, the warnings logged and the median step time before and
-after the onset. `failure` names why kernel records were not measured (the build has no
+and unattributed record counts, the warnings logged, the median step time before and
+after the onset and every step's time (ms). `failure` names why kernel records were not measured (the build has no
 CUPTI: the warning's text), or is null.
 
 --device cpu runs the same plumbing on the CPU (the competitor then loops CPU matmuls):
@@ -240,7 +240,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "steps": {} if recorder is None else recorder.steps, "warnings": warnings.messages,
             "contender_matmuls": None if contender is None else contender.matmuls,
             "step_ms_before": _median(step_ms[min(5, args.contend_from):args.contend_from]),
-            "step_ms_after": _median(step_ms[args.contend_from + 5:])}
+            "step_ms_after": _median(step_ms[args.contend_from + 5:]), "step_ms": step_ms}
     ranks: list[Any] = [None] * world
     dist.all_gather_object(ranks, mine)
     failure = None
@@ -266,7 +266,7 @@ def _rank_totals(r: dict[str, Any]) -> dict[str, Any]:
     return {"rank": r["rank"], "kernel_source": r["kernel_source"], "mode": r["mode"],
             "sampled_steps": len(r["steps"]), "measured_steps": len(measured), **totals,
             "warnings": r["warnings"], "contender_matmuls": r["contender_matmuls"],
-            "step_ms_before": r["step_ms_before"], "step_ms_after": r["step_ms_after"]}
+            "step_ms_before": r["step_ms_before"], "step_ms_after": r["step_ms_after"], "step_ms": r["step_ms"]}
 
 
 def _failure(ranks: list[dict[str, Any]]) -> Optional[str]:

@@ -5,6 +5,7 @@ import json
 
 
 from conftest import REAL_RUNS, REPO, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -51,6 +52,7 @@ def test_an_error_of_the_inner_backend_comes_through_unchanged(tmp_path):
 
 def test_ddp_rank_slow_inside_backward_is_named_for_backward(tmp_path):
     r = run("ddp", tmp_path)
+    assert_not_blocked(dict(enumerate(r["step_s"])), r["warmup"], expected_steps=15)
     # A phase timer around loss.backward() sees the same time on every rank: DDP's
     # all-reduce makes the fast ranks wait for rank 2 inside backward().
     walls = r["phase_backward_ms"]

@@ -1,17 +1,23 @@
 """Faults on the collection side: report sinks that block, raise or crawl, a peer or the
-metrics rank killed (SIGKILL) or stopped (SIGSTOP), an exception raised inside a section.
+metrics rank killed (SIGKILL) or stopped (SIGSTOP, for good or for 20 s), a side-group
+gather that fails or never finishes, a metrics rank whose report thread stalls 30 s, an
+exception raised inside a section.
 
 Each test asserts that training finishes (or fails exactly as it would without the
-analyzer), that uninstall() returns within its bound (Analyzer.uninstall, 5 s by default)
-and that what the sinks were given before shutdown is complete. Every wait here has its own
-limit, so a hang fails the test instead of wedging the suite.
+analyzer), that no training step was held on a rank the fault is not on (the step-time
+guard, tests/python/workers/step_times.py), that uninstall() returns within its bound
+(Analyzer.uninstall, 5 s by default) and that what the sinks were given before shutdown is
+complete. Every wait here has its own limit, so a hang fails the test instead of wedging
+the suite.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +30,9 @@ import pytest
 import relax_straggler
 from conftest import REAL_RUNS, REPO, free_port
 from relax_straggler.reporters.pipeline import ReportPipeline
+from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK
 from test_install import config, make, train
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -149,7 +157,7 @@ def test_steps_that_cannot_be_published_are_logged_once_and_summarised(caplog):
     model, opt = make()
     analyzer = relax_straggler.install(model, opt, config=config())
 
-    def broken(row, op_row=None):
+    def broken(row, op_row=None, step=-1, request=None):
         raise RuntimeError("side group unusable")
 
     analyzer._gather.gather = broken
@@ -219,28 +227,36 @@ def test_an_exception_inside_a_section_propagates_unchanged_and_analysis_goes_on
 
 
 # Peers ---------------------------------------------------------------------------------------
-def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, observed: bool = True,
-             limit_s: float = 90.0) -> tuple[int, dict, str, float]:
+def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, *extra: str, observed: bool = True,
+             limit_s: float = 90.0, resume_after_s: float | None = None) -> tuple[int, dict, str, float]:
     """Runs fault_peer.py on 2 Gloo ranks (plain processes: torchrun would end the survivor
-    when the faulty rank dies). Returns the survivor's (exit code, result, stderr, wall s);
-    the faulty rank is SIGKILLed afterwards if still there (a stopped one)."""
+    when the faulty rank dies). resume_after_s: SIGCONT the faulty rank that long after it
+    stopped itself. Returns the survivor's (exit code, result, stderr, wall s); the faulty
+    rank is SIGKILLed afterwards if still there (a stopped one)."""
     out.mkdir(parents=True)
     port = free_port()
     procs = []
     for rank in range(2):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2",
                    LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        args = [sys.executable, str(WORKER), str(out), mode, fault, str(faulty), str(steps)]
+        args = [sys.executable, str(WORKER), str(out), mode, fault, str(faulty), str(steps), *extra]
         with open(out / f"stderr{rank}.txt", "w") as err:
             procs.append(subprocess.Popen(args + ([] if observed else ["--unobserved"]), cwd=REPO, env=env,
                                           stdout=subprocess.DEVNULL, stderr=err))
     survivor = procs[1 - faulty]
     start = time.monotonic()
+    if resume_after_s is not None:
+        stopped_at = wait_stopped(procs[faulty], limit_s)
+        time.sleep(max(resume_after_s - (time.monotonic() - stopped_at), 0.0))
+        procs[faulty].send_signal(signal.SIGCONT)
     try:
-        code = survivor.wait(limit_s)
+        code = survivor.wait(max(limit_s - (time.monotonic() - start), 1.0))
     except subprocess.TimeoutExpired:
         code = None
     wall = time.monotonic() - start
+    if resume_after_s is not None and code is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            procs[faulty].wait(limit_s)
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGKILL)
@@ -252,6 +268,21 @@ def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, observed
     return code, json.loads(result_path.read_text()), stderr, wall
 
 
+def wait_stopped(proc: subprocess.Popen, limit_s: float) -> float:
+    """Waits until `proc` stopped itself (SIGSTOP); returns time.monotonic() then."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{proc.pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "T":
+                return time.monotonic()
+        time.sleep(0.05)
+    raise AssertionError(f"process {proc.pid} did not stop within {limit_s} s")
+
+
+def stop_warnings(result: dict) -> list[str]:
+    return [w for w in result["warnings"] if "the analysis stops on this rank" in w]
+
+
 STEPS = 300
 
 
@@ -261,9 +292,11 @@ def test_a_run_the_analysis_alone_connects_finishes_whatever_a_rank_does(tmp_pat
     code, result, stderr, _ = run_pair(tmp_path / "run", "independent", fault, faulty, STEPS)
     assert (code, result["outcome"], result["trained"]) == (0, "finished", STEPS), stderr[-3000:]
     assert result["uninstall_s"] <= BOUND_S + MARGIN_S, result
+    assert_not_blocked({1 - faulty: result["step_s"]}, warmup=1, expected_steps=STEPS)
     # A bounded log, not one traceback per report.
     ours = [line for line in stderr.splitlines() if "relax_straggler" in line]
     assert stderr.count("Traceback") <= 1 and len(ours) <= 8 and len(stderr) < 20_000, stderr[-3000:]
+    assert len(stop_warnings(result)) == 1, result["warnings"]
     if faulty == 1:  # the survivor is the metrics rank: what it reported is whole and in order
         steps = result["reported"]
         assert 1 <= len(steps) <= 10 and steps == list(range(len(steps))), steps
@@ -279,5 +312,65 @@ def test_a_faulty_ddp_peer_fails_training_as_it_would_without_the_analyzer(tmp_p
            (base["outcome"], base["error_type"], base["failed_step"]) == ("error", "RuntimeError", 10), (base, result)
     assert result["uninstall_s"] <= BOUND_S + MARGIN_S, result
     assert wall <= base_wall + BOUND_S + 2 * MARGIN_S + 5.0  # 5 s: process start-up jitter on loaded cores
+    assert_not_blocked({0: result["step_s"]}, warmup=1, expected_steps=10)  # the steps before the fault
     steps = result["reported"]
     assert steps == list(range(len(steps))) and len(steps) <= 10, steps
+
+
+def both_ranks(out: Path) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.mark.parametrize("fault", ["gather-fails", "gather-hangs"])
+@pytest.mark.parametrize("faulty", [1, 0], ids=["peer", "metrics_rank"])
+def test_a_side_group_gather_that_fails_or_never_finishes_stops_the_analysis_on_both_ranks_at_one_step(
+        tmp_path, fault, faulty):
+    # DDP training, 5 ms steps; a gather unfinished for 1 s is stuck (the product waits minutes).
+    steps = 100 if fault == "gather-fails" else 300
+    code, _, stderr, _ = run_pair(tmp_path / "run", "ddp", fault, faulty, steps, "--step-ms", "5",
+                                  "--stall-timeout", "1")
+    assert code == 0, stderr[-3000:]
+    ranks = both_ranks(tmp_path / "run")
+    assert_not_blocked({r: x["step_s"] for r, x in enumerate(ranks)}, warmup=1, expected_steps=steps)
+    # Both ranks name the same failure, the faulty rank's, in one warning each, from one step.
+    code_ = {"gather-fails": GATHER_FAILED, "gather-hangs": GATHER_STUCK}[fault]
+    assert [x["stopped_by"] for x in ranks] == [[faulty, code_, 10]] * 2, [x["warnings"] for x in ranks]
+    warned = [stop_warnings(x) for x in ranks]
+    assert all(len(w) == 1 for w in warned), warned
+    assert len({re.search(r"from step (\d+)", w[0]).group(1) for w in warned}) == 1, warned
+    what = f"rank {faulty}'s side-group gather of step 10 " + ("failed" if fault == "gather-fails" else "never")
+    assert all(what in w[0] for w in warned), warned
+    assert "injected" in warned[faulty][0] or fault == "gather-hangs"  # the detail stays on the faulty rank
+    for x in ranks:
+        assert x["outcome"] == "finished" and x["uninstall_s"] <= BOUND_S + MARGIN_S, x
+    reported = ranks[0]["reported"]
+    assert reported == sorted(reported) and reported[:10] == list(range(10)), reported
+
+
+def test_a_peer_stopped_for_20_s_never_holds_the_other_ranks_training(tmp_path):
+    code, result, stderr, _ = run_pair(tmp_path / "run", "independent", "stop", 1, 2000, "--step-ms", "10",
+                                       resume_after_s=20.0, limit_s=150.0)
+    assert (code, result["outcome"], result["trained"]) == (0, "finished", 2000), stderr[-3000:]
+    ranks = both_ranks(tmp_path / "run")
+    assert ranks[1]["outcome"] == "finished" and ranks[1]["trained"] == 2000
+    # The metrics rank went on at its own pace while its peer was stopped; the peer's own
+    # steps after it was resumed, too.
+    assert_not_blocked({0: ranks[0]["step_s"], 1: ranks[1]["step_s"][11:]}, warmup=1)
+    assert len(stop_warnings(ranks[0])) == 1 and ranks[0]["uninstall_s"] <= BOUND_S + MARGIN_S, ranks[0]
+
+
+def test_a_report_thread_stalled_30_s_holds_sampling_not_training(tmp_path):
+    # DDP training, 10 ms steps, every step sampled; the metrics rank's report callback
+    # blocks 30 s at step 10's report.
+    code, result, stderr, _ = run_pair(tmp_path / "run", "ddp", "sink-stalls", 0, 2600, "--step-ms", "10",
+                                       limit_s=180.0)
+    assert code == 0, stderr[-3000:]
+    ranks = both_ranks(tmp_path / "run")
+    assert_not_blocked({r: x["step_s"] for r, x in enumerate(ranks)}, warmup=1, expected_steps=2600)
+    metrics = ranks[0]
+    # Sampling held on both ranks while the report queue was half full, and resumed: the
+    # analysis never stopped, no report was dropped, reports came after the stall again.
+    assert [x["stopped_by"] for x in ranks] == [None, None], [x["warnings"] for x in ranks]
+    assert metrics["counters"]["skipped_samples"] == ranks[1]["counters"]["skipped_samples"] > 0
+    assert metrics["counters"]["dropped_reports"] == 0, metrics["counters"]
+    assert metrics["reported"][-1] == 2599, metrics["reported"][-20:]

@@ -7,6 +7,7 @@ result's `failure` quoting the warning."""
 import json
 
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -35,6 +36,8 @@ def test_the_cpu_path_writes_the_result_and_says_why_nothing_was_measured(tmp_pa
         assert (r["records"], r["dropped_records"], r["invalid_records"], r["unattributed_records"]) == (0, 0, 0, 0)
         assert [w for w in r["warnings"] if WARNING in w] == [result["failure"].split(": ", 2)[2]]
         assert r["step_ms_before"] > 0 and r["step_ms_after"] > 0
+    assert_not_blocked({r["rank"]: [ms / 1e3 for ms in r["step_ms"]] for r in result["ranks"]}, warmup=10,
+                       expected_steps=30)
     assert result["ranks"][0]["contender_matmuls"] is None
     assert result["ranks"][1]["contender_matmuls"] > 0  # the competitor ran on rank 1 only
 

@@ -16,6 +16,7 @@ from relax_straggler.integrations.megatron import MegatronTimers, NullMegatronAn
 from relax_straggler.stages import STAGES, stage_id
 
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -284,6 +285,7 @@ def test_same_verdicts_as_direct_hooks_and_pipeline_semantics_on_2_rank_megatron
     out = tmp_path / "reports.json"
     torchrun(2, REPO / "tests" / "python" / "workers" / "megatron_worker.py", [str(out)], timeout_s=150)
     result = json.loads(out.read_text())
+    assert_not_blocked(dict(enumerate(result["step_s"])), warmup=2, expected_steps=3 * 6)
     assert result["calls"] == [{"synchronize": 0, "barrier": 0}] * 2
     via_timers, via_hooks = result["timers"], result["hooks"]
     assert [s for s, _ in via_timers] == [102, 103, 104, 105]  # the loop's step numbers
@@ -367,6 +369,7 @@ def test_pp2_dp2_a_slow_last_stage_rank_is_confirmed_and_the_waiting_stage_never
     out = tmp_path / "pp_dp.json"
     torchrun(4, REPO / "tests" / "python" / "workers" / "megatron_pp_dp.py", [str(out)], timeout_s=200)
     result = json.loads(out.read_text())
+    assert_not_blocked(dict(enumerate(result["step_s"])), warmup=2, expected_steps=40)
     onset, slow = result["onset"], result["slow_rank"]
     named = [(s, m["straggler/verdict/rank"], m["straggler/verdict/stage"]) for s, m in result["reports"]]
     # Nobody before the onset; rank 3 in forward within 3 reports after it, from then on.

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from conftest import REAL_RUNS, REPO, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -27,6 +28,7 @@ class Run:
         self.stage_of = result["stage_of"]
         self.losses = result["losses"]
         self.reports = result["reports"]
+        self.step_s = result["step_s"]
 
     def phase(self, name: str) -> dict:
         return next(p for p in self.phases if p["name"] == name)
@@ -59,6 +61,10 @@ def named(report: dict) -> tuple[int, str]:
 def describe(reports: list[dict]) -> list[tuple]:
     """Step, status and findings per report, for assertion messages."""
     return [(r["step"], r["status"], [(f["rank"], f["stage"], f["state"]) for f in r["findings"]]) for r in reports]
+
+
+def test_no_training_step_is_held(run):
+    assert_not_blocked(dict(enumerate(run.step_s)), warmup=2, expected_steps=run.phases[-1]["last"] + 1)
 
 
 def test_the_layout_is_pp2_dp2_and_training_converges(run):

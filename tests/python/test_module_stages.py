@@ -19,6 +19,7 @@ from relax_straggler.stages import STAGES, stage_id
 
 from conftest import REAL_RUNS, REPO, torchrun
 from workers.slow_backward import SlowBackward
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -226,7 +227,9 @@ def test_analyzer_reports_module_stages_and_losses_are_unchanged():
 def test_rank_slowed_in_attention_is_named_in_attention(tmp_path):
     out = tmp_path / "reports.json"
     torchrun(2, REPO / "tests" / "python" / "workers" / "module_stages_worker.py", [str(out)], timeout_s=120)
-    reports = json.loads(out.read_text())
+    run = json.loads(out.read_text())
+    assert_not_blocked(dict(enumerate(run["step_s"])), warmup=2, expected_steps=6)
+    reports = run["reports"]
     assert len(reports) == 4
     named = [m for m in reports if m["straggler/attention/top_rank"] == 1 and m["straggler/attention/num_stragglers"] >= 1]
     assert len(named) >= 3, [(m["straggler/attention/top_rank"], m["straggler/hints"]) for m in reports]

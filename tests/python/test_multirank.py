@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from conftest import REAL_RUNS, REPO, torchrun
+from conftest import REAL_RUNS, REPO, demo_summary, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -106,7 +107,9 @@ def test_a_rank_slowed_by_20_percent_is_confirmed_within_5_reports(run_demo, sta
 def test_side_group_aggregation_equals_the_core_on_the_same_matrix(tmp_path):
     out = tmp_path / "aggregate.json"
     torchrun(3, REPO / "tests" / "python" / "workers" / "aggregate.py", [str(out), "6"])
-    results = json.loads(out.read_text())
+    run = json.loads(out.read_text())
+    assert_not_blocked(dict(enumerate(run["launch_s"])), warmup=1, expected_steps=6)  # gather() never waits
+    results = run["results"]
     assert [r["step"] for r in results] == list(range(6))
     for r in results:
         assert r["same_matrix"]
@@ -123,6 +126,7 @@ def test_the_demo_confirms_the_contended_rank_within_5_reports_and_nobody_before
     torchrun(2, REPO / "examples" / "train_gpt.py", ["--straggler-analysis", "--output", str(out), "--steps", "150",
                                                      "--contend-steps", "70:150", "--straggler-interval", "5",
                                                      "--log-every", "1000"])
+    demo_summary(out)  # the step-time guard
     reports = [json.loads(line) for line in (out / "straggler.jsonl").read_text().splitlines()]
     named = [(r["step"], r["metrics"]["straggler/verdict/rank"]) for r in reports]
     assert [n for n in named if n[0] < 70 and n[1] != -1] == [], named

@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from conftest import REPO
+from workers.step_times import assert_not_blocked
 
 from relax_straggler import parity
 from relax_straggler.cli import main as cli_main
@@ -38,6 +39,8 @@ def test_demo_is_bitwise_identical_on_two_ranks(tmp_path):
     for run in (result["control"], on1, on10):
         assert run["loss_mismatches"] == 0 and run["tensor_mismatches"] == []
         assert run["tensors_compared"] > 2 * 20  # parameters and AdamW moments of both ranks
+    for run in (on1, on10):
+        assert_not_blocked(dict(enumerate(run["step_s"])), warmup=1, expected_steps=12)
 
 
 class Tiny(nn.Module):

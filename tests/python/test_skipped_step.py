@@ -3,7 +3,10 @@ count one behind its peers': the gathers still pair by call order, so from then 
 describe other iterations than its peers'. The rows carry each rank's training forward
 passes so far; a rank whose count leaves its peers' is named and no longer judged."""
 
+import json
+
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -13,6 +16,8 @@ SKIP = 10
 
 def test_a_rank_whose_steps_drift_is_named_and_no_longer_judged(tmp_path):
     proc = torchrun(3, WORKER, [str(tmp_path)])
+    steps = json.loads((tmp_path / "steps.json").read_text())
+    assert_not_blocked(dict(enumerate(steps)), warmup=2, expected_steps=30)
     reports = read_jsonl(tmp_path / "straggler.jsonl")
     drifted = {r["step"]: r["metrics"]["straggler/drifted_ranks"] for r in reports}
     assert all(n == 0 for step, n in drifted.items() if step < SKIP), drifted

@@ -25,6 +25,7 @@ from relax_straggler.payload import OP_FIELDS, OP_HEADER, OP_TYPE_IDS, op_row_le
 from relax_straggler.whatif.live import LiveWhatIf, records_from_rows
 
 from conftest import REAL_RUNS, REPO, torchrun
+from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
 
@@ -172,6 +173,7 @@ def test_the_live_whatif_names_the_slowed_pipeline_stage_on_real_megatron_runs(t
     out = tmp_path / "whatif_live.json"
     torchrun(2, REPO / "tests" / "python" / "workers" / "whatif_live_worker.py", [str(out)], timeout_s=120)
     result = json.loads(out.read_text())
+    assert_not_blocked(dict(enumerate(result["step_s"])), warmup=2, expected_steps=3 * 7)
     slowdown = {}
     for phase, slowed in (("slow1", 1), ("slow0", 0), ("even", None)):
         reports = result[phase]

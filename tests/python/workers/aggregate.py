@@ -1,5 +1,6 @@
 """Worker for test_multirank: every rank gathers a known synthetic row over the side
 group; the metrics rank judges it and compares with the core called on the same matrix.
+Rank 0 writes {"results": per step, "launch_s": every rank's gather() call times}.
 Usage (under torchrun): aggregate.py OUTPUT_JSON STEPS"""
 
 import json
@@ -14,6 +15,7 @@ from relax_straggler.aggregation import SideGroupGather
 from relax_straggler.payload import pack, unpack
 from relax_straggler.report import build_report, verdict_config
 from relax_straggler.stages import STAGES
+from step_times import StepClock  # beside this file
 
 
 def synthetic(step: int, rank: int) -> np.ndarray:
@@ -33,9 +35,12 @@ def main() -> None:
     config = StragglerConfig(enabled=True)
     gather = SideGroupGather(list(range(world)), metrics_rank=0)
     results = []
+    clock = StepClock()  # the time each gather() call takes: launching never waits
     for step in range(steps):
         ms = synthetic(step, rank)
-        pending = gather.gather(pack(step, float("nan"), rank, ms, ms, np.zeros(len(STAGES)), np.ones(len(STAGES))))
+        with clock:
+            pending = gather.gather(pack(step, float("nan"), rank, ms, ms, np.zeros(len(STAGES)),
+                                         np.ones(len(STAGES))), step=step)
         if pending is None:
             continue
         report = build_report(unpack(pending.wait()), step, config, 0, {})
@@ -50,9 +55,11 @@ def main() -> None:
             "hints": [report.hints, verdict.hints],
         })
     gather.close()
+    launch_s: list = [None] * world
+    dist.all_gather_object(launch_s, clock.times)
     if rank == 0:
         with open(out, "w") as fh:
-            json.dump(results, fh)
+            json.dump({"results": results, "launch_s": launch_s}, fh)
     dist.destroy_process_group()
 
 

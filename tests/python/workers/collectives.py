@@ -22,6 +22,7 @@ import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import ext
 from relax_straggler.collectives import group_registry
+from step_times import StepClock  # beside this file
 
 C = ext()
 OPS = ["allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "send", "recv", "other"]
@@ -175,14 +176,18 @@ def ddp_run(rank: int) -> dict:
     reports, wall = [], []
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=3)  # the default noise settings
     analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s: reports.append(m))
+    clock = StepClock()
     for _ in range(15):
-        loss = model(torch.randn(16, 64)).pow(2).mean()
-        t0 = time.perf_counter()
-        loss.backward()  # a phase timer around backward: what today's tools measure
-        wall.append((time.perf_counter() - t0) * 1e3)
-        opt.step()
-        opt.zero_grad()
+        with clock:
+            loss = model(torch.randn(16, 64)).pow(2).mean()
+            t0 = time.perf_counter()
+            loss.backward()  # a phase timer around backward: what today's tools measure
+            wall.append((time.perf_counter() - t0) * 1e3)
+            opt.step()
+            opt.zero_grad()
     analyzer.uninstall()
+    step_s: list = [None] * dist.get_world_size()
+    dist.all_gather_object(step_s, clock.times)
     walls = torch.tensor(wall[3:]).median().reshape(1)
     gathered = [torch.zeros(1) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, walls)
@@ -190,7 +195,7 @@ def ddp_run(rank: int) -> dict:
             "straggler/communication/top_rank", "straggler/verdict/status", "straggler/verdict/rank",
             "straggler/verdict/stage", "straggler/verdict/cause")
     return {"reports": [{k: m.get(k) for k in keys} for m in reports],
-            "phase_backward_ms": [float(g) for g in gathered]}
+            "phase_backward_ms": [float(g) for g in gathered], "step_s": step_s, "warmup": config.warmup_steps}
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Worker for test_kernel_evidence_multirank: two Gloo ranks time manual forward and
 backward sections; from step SLOW_FROM on rank 1's forward takes longer, and a synthetic
 kernel source says why: its kernels ran longer (`device`) or its stream sat idle (`host`).
-The metrics rank writes every report's metrics.
+The metrics rank writes {"reports": every report's metrics, "step_s": every rank's step times}.
 Usage (under torchrun): kernel_evidence.py OUTPUT_JSON MODE STEPS"""
 
 import json
@@ -13,6 +13,7 @@ import torch.distributed as dist
 import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler.kernel_evidence import SyntheticKernelSource
+from step_times import StepClock  # beside this file
 
 MS = 1_000_000  # ns
 SLOW_FROM = 4
@@ -46,17 +47,21 @@ def main() -> None:
     reports = []
     analyzer = relax_straggler.install(None, config=config, report_fn=lambda m, s: reports.append(dict(m, step=s)),
                                        kernel_source=SyntheticKernelSource(plan(rank, mode)))
+    clock = StepClock()
     for step in range(steps):
-        with analyzer.section("forward"):
-            time.sleep((SLOW_MS if rank == 1 and step >= SLOW_FROM else FAST_MS) / 1000)
-        with analyzer.section("backward"):
-            time.sleep(BACKWARD_MS / 1000)
-        analyzer.step()
-        dist.barrier()  # the lockstep a training collective gives: the side group's gathers never pile up
+        with clock:
+            with analyzer.section("forward"):
+                time.sleep((SLOW_MS if rank == 1 and step >= SLOW_FROM else FAST_MS) / 1000)
+            with analyzer.section("backward"):
+                time.sleep(BACKWARD_MS / 1000)
+            analyzer.step()
+            dist.barrier()  # the lockstep a training collective gives
     analyzer.uninstall()
+    step_s: list = [None] * dist.get_world_size()
+    dist.all_gather_object(step_s, clock.times)
     if rank == 0:
         with open(out, "w") as fh:
-            json.dump(reports, fh, default=str)
+            json.dump({"reports": reports, "step_s": step_s}, fh, default=str)
     dist.destroy_process_group()
 
 

@@ -12,7 +12,8 @@ pipeline comparison groups), reporting every INTERVAL steps to a JSONL file.
 Rank 0 writes OUTPUT_JSON: {"phases": [{name, first, last, slowed}], "stage_of": [pp
 stage per rank], "losses": {rank: [mean loss per step]} of the last stage's ranks,
 "reports": [{step, status, verdict: straggler/verdict/* metrics, findings: [{rank, group,
-stage, state, cause, excess_ms}]}] read back from the JSONL sink}.
+stage, state, cause, excess_ms}]}] read back from the JSONL sink, "step_s": every rank's
+step times}.
 Usage (under torchrun, 4 ranks): megatron_gpt.py OUTPUT_JSON
 """
 
@@ -28,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from megatron_worker import finish_pp2, grads_finalize, start_pp2  # beside this file
+from step_times import StepClock
 
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MICRO_BATCH = 2, 32, 2, 16, 128, 2
 MICROBATCHES = 4
@@ -42,32 +44,34 @@ PHASES = (("healthy", 16, ()), ("slow rank 1", 20, (1,)), ("recovery", 16, ()),
           ("slow rank 2", 20, (2,)), ("recovery", 16, ()), ("slow stage 1", 16, (2, 3)))
 
 
-def gpt_chunk() -> torch.nn.Module:
+def gpt_chunk(layers: int = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
+              seq: int = SEQ) -> torch.nn.Module:
     """This rank's pipeline chunk of a tiny GPTModel (local layer spec, no dropout)."""
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    config = TransformerConfig(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+    config = TransformerConfig(num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
                                use_cpu_initialization=True, pipeline_dtype=torch.float32, batch_p2p_comm=False,
                                hidden_dropout=0.0, attention_dropout=0.0)
     # Untied output weights: tied ones would need the first / last stage embedding group.
-    return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=VOCAB,
-                    max_sequence_length=SEQ, pre_process=parallel_state.is_pipeline_first_stage(),
+    return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=vocab,
+                    max_sequence_length=seq, pre_process=parallel_state.is_pipeline_first_stage(),
                     post_process=parallel_state.is_pipeline_last_stage(),
                     share_embeddings_and_output_weights=False)
 
 
-def microbatches(dp_rank: int) -> list[dict[str, torch.Tensor]]:
+def microbatches(dp_rank: int, count: int = MICROBATCHES, seq_len: int = SEQ,
+                 vocab: int = VOCAB) -> list[dict[str, torch.Tensor]]:
     """The data-parallel rank's fixed microbatches (both stages of a pipeline read the same):
     tokens, next-token labels, positions and the causal mask (True = masked)."""
     gen = torch.Generator().manual_seed(1000 + dp_rank)
-    mask = torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1).view(1, 1, SEQ, SEQ)
-    positions = torch.arange(SEQ).unsqueeze(0).expand(MICRO_BATCH, SEQ)
+    mask = torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool), diagonal=1).view(1, 1, seq_len, seq_len)
+    positions = torch.arange(seq_len).unsqueeze(0).expand(MICRO_BATCH, seq_len)
     out = []
-    for _ in range(MICROBATCHES):
-        seq = torch.randint(0, VOCAB, (MICRO_BATCH, SEQ + 1), generator=gen)
+    for _ in range(count):
+        seq = torch.randint(0, vocab, (MICRO_BATCH, seq_len + 1), generator=gen)
         out.append({"tokens": seq[:, :-1], "labels": seq[:, 1:], "position_ids": positions, "attention_mask": mask})
     return out
 
@@ -120,11 +124,12 @@ def main() -> None:
     fb = get_forward_backward_func()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     phases, losses, step = [], [], 0
+    clock = StepClock()
     for name, steps, slowed in PHASES:
         phases.append({"name": name, "first": step, "last": step + steps - 1, "slowed": list(slowed)})
         delay[0] = SLOW * BASE_S if rank in slowed else BASE_S
         for _ in range(steps):
-            with analysis.train_step(step=step):
+            with clock, analysis.train_step(step=step):
                 result = fb(forward_step_func=forward_step, data_iterator=iter(data), model=model,
                             num_microbatches=MICROBATCHES, seq_length=SEQ, micro_batch_size=MICRO_BATCH,
                             forward_only=False)
@@ -139,9 +144,11 @@ def main() -> None:
     dist.all_gather_object(stage_of, parallel_state.get_pipeline_model_parallel_rank())
     every_loss: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(every_loss, losses)
+    step_s: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(step_s, clock.times)
     if rank == 0:
         with open(out, "w") as fh:
-            json.dump({"phases": phases, "stage_of": stage_of, "reports": verdicts(jsonl),
+            json.dump({"phases": phases, "stage_of": stage_of, "reports": verdicts(jsonl), "step_s": step_s,
                        "losses": {str(r): v for r, v in enumerate(every_loss) if v}}, fh)
     finish_pp2()
 

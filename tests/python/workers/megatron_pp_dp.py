@@ -1,7 +1,8 @@
 """Worker of test_megatron's PP 2 x DP 2 run: the real Megatron-Core 1F1B schedule on 4
 Gloo ranks (stage 0: ranks 0-1, stage 1: ranks 2-3), every rank's forward sleeping BASE_S
 per microbatch, rank 3 (stage 1, dp 1) 20 % longer from step ONSET on, with the analyzer's
-default noise settings. Rank 0 writes the confirmed verdict of every report.
+default noise settings. Rank 0 writes the confirmed verdict of every report and every
+rank's step times.
 Usage (under torchrun, 4 ranks): megatron_pp_dp.py OUTPUT_JSON"""
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import json
 import sys
 
 import torch
+import torch.distributed as dist
 
 from megatron_worker import TinyModel, finish_pp2, grads_finalize, megatron_step, start_pp2  # beside this file
+from step_times import StepClock
 
 BASE_S = 0.020
 SLOW_RANK = 3
@@ -38,14 +41,17 @@ def main() -> None:
                                                                          if k.startswith("straggler/verdict/")})))
     fb = get_forward_backward_func()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    clock = StepClock()
     for step in range(STEPS):
         if rank == SLOW_RANK and step == ONSET:
             model.delay_s = 1.2 * BASE_S
-        megatron_step(analysis, fb, model, opt, rank, step, label=step)
+        megatron_step(analysis, fb, model, opt, rank, step, label=step, clock=clock)
     analysis.uninstall()
+    step_s: list = [None] * dist.get_world_size()
+    dist.all_gather_object(step_s, clock.times)
     if rank == 0:
         with open(out, "w") as fh:
-            json.dump({"reports": reports, "onset": ONSET, "slow_rank": SLOW_RANK}, fh)
+            json.dump({"reports": reports, "onset": ONSET, "slow_rank": SLOW_RANK, "step_s": step_s}, fh)
     finish_pp2()
 
 

@@ -19,12 +19,14 @@ Worker (under torchrun, 2 ranks), two phases, rank 1 slowed in forward in both:
       (`integrations.megatron`), B through direct model hooks
       (`relax_straggler.install(model, None)`).
   pp: pipeline parallel, rank 0 the first stage, rank 1 the last, 1F1B schedule.
-Rank 0 writes the reports and every rank's count of synchronize / barrier calls.
+Rank 0 writes the reports, every rank's count of synchronize / barrier calls and every
+rank's step times (the first STEPS of each run are its warm-up).
 Usage: megatron_worker.py OUTPUT_JSON
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
@@ -161,10 +163,11 @@ def batches(rank: int, step: int, d: int = 16, microbatches: int = MICROBATCHES)
 
 
 def megatron_step(analysis: Any, fb: Callable[..., Any], model: nn.Module, opt: Any, rank: int, step: int,
-                  microbatches: int = MICROBATCHES, label: Any = None) -> None:
+                  microbatches: int = MICROBATCHES, label: Any = None, clock: Any = None) -> None:
     """One training step of the schedule `fb` on batches(rank, step) inside the adapter's
-    train_step scope, numbered `label` (None: the adapter counts)."""
-    with analysis.train_step(**({} if label is None else {"step": label})):
+    train_step scope, numbered `label` (None: the adapter counts), timed on `clock` (a
+    step_times.StepClock) if given."""
+    with clock or contextlib.nullcontext(), analysis.train_step(**({} if label is None else {"step": label})):
         fb(forward_step_func=forward_step, data_iterator=batches(rank, step, microbatches=microbatches), model=model,
            num_microbatches=microbatches, seq_length=8, micro_batch_size=2, forward_only=False)
         with analysis.section("optimizer"):
@@ -172,13 +175,14 @@ def megatron_step(analysis: Any, fb: Callable[..., Any], model: nn.Module, opt: 
         opt.zero_grad()
 
 
-def train(analysis: Any, model: nn.Module, rank: int, after_step: Any = None) -> None:
+def train(analysis: Any, model: nn.Module, rank: int, clock: Any, after_step: Any = None) -> None:
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     fb = get_forward_backward_func()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    clock.start()
     for step in range(STEPS):
-        megatron_step(analysis, fb, model, opt, rank, step, label=100 + step)
+        megatron_step(analysis, fb, model, opt, rank, step, label=100 + step, clock=clock)
         if after_step is not None:
             after_step()
 
@@ -217,7 +221,10 @@ def main() -> None:
     a = megatron.install(model, None, config=config, report_fn=lambda m, s: via_timers.append((s, m)))
     b = relax_straggler.install(model, None, config=config, report_fn=lambda m, s: via_hooks.append((s, m)))
     calls.update(synchronize=0, barrier=0)  # count the training loops only
-    train(a, model, rank, after_step=b.step)
+    from step_times import StepClock  # beside this file
+
+    clock = StepClock()  # every step of the three analyzed runs
+    train(a, model, rank, clock, after_step=b.step)
     counted = dict(calls)
     a.uninstall()
     b.uninstall()
@@ -233,7 +240,7 @@ def main() -> None:
         p = megatron.install(model, None, config=config, report_fn=lambda m, s: pipelined.append((s, m)),
                              comparison_group=group)
         calls.update(synchronize=0, barrier=0)
-        train(p, model, rank)
+        train(p, model, rank, clock)
         counted = {name: counted[name] + calls[name] for name in counted}
         p.uninstall()
         result[key] = pipelined
@@ -242,6 +249,9 @@ def main() -> None:
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, counted)
     result["calls"] = everyone
+    step_s: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(step_s, clock.times)
+    result["step_s"] = step_s
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(result, fh)

@@ -1,6 +1,6 @@
 """Worker for test_module_stages: a DDP model of attention and MoE blocks with activation
 recomputation, rank 1's attention slowed by 80 ms in backward. The metrics rank writes
-its reports. Usage (under torchrun): module_stages_worker.py OUTPUT_JSON"""
+{"reports": its reports, "step_s": every rank's step times}. Usage (under torchrun): module_stages_worker.py OUTPUT_JSON"""
 
 import gc
 import json
@@ -15,6 +15,7 @@ from torch.utils.checkpoint import checkpoint
 import relax_straggler
 from relax_straggler import StragglerConfig
 from slow_backward import SlowBackward  # beside this script
+from step_times import StepClock
 
 
 class SelfAttention(nn.Module):
@@ -64,15 +65,19 @@ def main() -> None:
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=2, enable_module_stages=True,
                              noise_floor_ms=20.0)
     analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s: reports.append(m))
+    clock = StepClock()
     for step in range(6):
-        x = torch.randn(4, 8, d, generator=torch.Generator().manual_seed(step * 10 + rank))
-        model(x).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
+        with clock:
+            x = torch.randn(4, 8, d, generator=torch.Generator().manual_seed(step * 10 + rank))
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
     analyzer.uninstall()  # flushes the report thread
+    step_s: list = [None] * dist.get_world_size()
+    dist.all_gather_object(step_s, clock.times)
     if rank == 0:
         with open(out, "w") as fh:
-            json.dump(reports, fh)
+            json.dump({"reports": reports, "step_s": step_s}, fh)
     gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 
