@@ -81,11 +81,32 @@ def test_the_flag_without_relax_straggler_fails_naming_why(tmp_path, target, scr
 def test_arguments_with_relax_straggler(tmp_path, target, script, argv):
     tree = host(tmp_path, target)
     off = parsed(run_host(tree, script, argv, importable=True))
-    assert off["straggler_analysis"] is False
+    if target == "megatron-lm":  # no flag, no import: parsed as unpatched
+        assert off == parsed(run_host(host(tmp_path, target, patched=False), script, argv, importable=True))
+    else:
+        assert off["straggler_analysis"] is False
     on = parsed(run_host(tree, script, [*argv, "--straggler-analysis", "--straggler-interval", "3"], importable=True))
     assert on["straggler_analysis"] is True and on["straggler_interval"] == 3
     if target == "megatron-lm":  # beside Megatron-LM's own straggler-detector flags
         assert on["log_straggler"] is True and on["straggler_minmax_count"] == 2
+
+
+MEGATRON_PARSE_IMPORTS = """
+import sys
+from megatron.training.arguments import parse_args
+parse_args()
+print(sorted(m for m in sys.modules if m.split('.')[0] == 'relax_straggler'))
+"""
+
+
+def test_megatron_lm_argument_parsing_imports_nothing_of_relax_straggler_without_the_flag(tmp_path):
+    tree = host(tmp_path, "megatron-lm")
+    off = run_host(tree, MEGATRON_PARSE_IMPORTS, ["--log-straggler"], importable=True)
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.strip() == "[]"
+    on = run_host(tree, MEGATRON_PARSE_IMPORTS, ["--straggler-analysis"], importable=True)
+    assert on.returncode == 0, on.stderr
+    assert "'relax_straggler.integrations.megatron_lm'" in on.stdout
 
 
 RELAX_TRAIN = """
