@@ -75,14 +75,15 @@ def train_started(args: argparse.Namespace, model: Sequence[torch.nn.Module], op
     (``config.timers`` is Megatron's global Timers).
 
     A train() left by an exception (in-process restart) is ended first. Raises RuntimeError
-    when this Megatron-LM breaks an assumption of megatron_compat (the message names it),
-    ValueError for bad flag values."""
+    when this Megatron-LM breaks an assumption of megatron_compat (the message names it; a
+    patch hook out of place included), ValueError for bad flag values."""
     global _RUN
     if _RUN is not None:
         log.warning("relax_straggler: train() entered again without leaving the last one; ending that analysis")
         train_ended()
     megatron_compat.release()
     step_slot = megatron_compat.train_step_slot()
+    megatron_compat.check_running_train()
     timers_slot = megatron_compat.global_timers_slot()
     analysis = install(list(model), optimizer, config=from_args(args), model_config=config,
                        timer_slots=[(timers_slot.owner, timers_slot.name)])
