@@ -1,6 +1,6 @@
 """The private parts of Megatron-LM that the Megatron-LM integration relies on, in one place.
 
-Three assumptions, each checked on the running modules (`release()`, `train_step_slot()`,
+Four assumptions, each checked on the running modules (`release()`, `train_step_slot()`,
 `global_timers_slot()`, `check_running_train()`: RuntimeError naming what is missing) and on
 a source tree (`tree_release()` and `check_tree()`, which ``relax-straggler patch
 megatron-lm PATH`` runs before it changes anything):
@@ -14,6 +14,11 @@ megatron-lm PATH`` runs before it changes anything):
   name: the integration rebinds that global for the run, so every training step runs in the
   analysis' step scope without a patch inside the loop (whose indentation and surrounding
   context differ between releases).
+- ``train()`` passes ``iteration=`` to ``train_step()``, then counts the step (``iteration
+  += 1``) and logs it with ``training_log(..., iteration, ...)``: Megatron-LM's log, its
+  TensorBoard / W&B steps and its checkpoints name a step by the number of steps done
+  after it, one more than the ``iteration`` its ``train_step()`` received. The integration
+  labels its reports the same way.
 - ``get_timers()`` in ``megatron/training/global_vars.py`` returns the module global
   ``_GLOBAL_TIMERS``: inside a step it holds the adapter, so the timers the training
   scripts start on ``get_timers()`` (``pretrain_gpt.forward_step``'s ``batch-generator``, the
@@ -213,8 +218,8 @@ def _int_constants(tree: ast.Module) -> dict[str, int]:
 
 def check_train_loop(training: ast.Module, filename: str = TRAINING) -> list[str]:
     """What in a training.py's ``train()`` breaks the assumptions on its loop (the module
-    docstring: train_step() called by name with iteration=), one message per problem naming
-    the line; empty when none does."""
+    docstring: train_step() called by name with iteration=, the step counted between it and
+    training_log()), one message per problem naming the line; empty when none does."""
     train = _function(training, "train")
     if train is None or _function(training, "train_step") is None:
         return [f"{filename}: no module-level train() and train_step()"]
@@ -223,6 +228,14 @@ def check_train_loop(training: ast.Module, filename: str = TRAINING) -> list[str
         return [f"{filename}:{train.lineno}: train() does not call the module's train_step() by name"]
     if not all(any(k.arg == "iteration" for k in c.keywords) for c in steps):
         return [f"{filename}:{train.lineno}: train() calls train_step() without iteration="]
+    step = max(c.lineno for c in steps)
+    counts = [n.lineno for n in _own_nodes(train) if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+              and isinstance(n.target, ast.Name) and n.target.id == "iteration" and n.lineno > step]
+    logs = [c.lineno for c in _calls(train, "training_log")
+            if any(isinstance(a, ast.Name) and a.id == "iteration" for a in c.args)]
+    if not counts or not any(min(counts) < line for line in logs):
+        return [f"{filename}:{step}: train() does not count the step (iteration += 1) between train_step() and "
+                "training_log(): the reports' step numbers would not be the ones Megatron-LM logs"]
     return []
 
 

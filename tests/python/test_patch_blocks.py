@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -246,8 +247,9 @@ def test_megatron_lm_flushes_on_every_exit_and_times_the_data_stage(tmp_path, ex
     assert result["restored"] and result["global_timers"]
     assert {"batch-generator", "optimizer", "forward-compute"} <= set(result["names"])  # chained through
     reports = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    last = (exit_interval or 6) - 1
-    assert [r["step"] for r in reports] == list(range(last + 1))  # the last step's report was flushed
+    logged = [int(m) for m in re.findall(r"^iteration (\d+)/", on.stdout, re.M)]
+    assert logged == list(range(1, (exit_interval or 6) + 1))
+    assert [r["step"] for r in reports] == logged  # numbered as Megatron-LM logs them; the last one flushed
     for r in reports:
         stages = dict(zip(r["stages"], r["device_ms"][0]))
         assert stages["data"] >= 2 * 10 * 0.8  # two batch-generator sections of 10 ms, from get_timers()

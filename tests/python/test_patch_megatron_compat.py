@@ -164,7 +164,11 @@ def test_the_running_train_is_checked_as_patched(monkeypatch, tmp_path):
     (lambda t: t.replace("    train_ended()\n", "").replace("def evaluate_and_print_results():\n",
                                                             "def evaluate_and_print_results():\n    train_ended()\n"),
      "train() does not call train_ended() after its training loop"),
-], ids=["end-hook-elsewhere"])
+    # the step counted before train_step(): Megatron-LM would log it under the number it passed
+    (lambda t: t.replace("        train_step(iteration=iteration)\n        iteration += 1\n",
+                         "        iteration += 1\n        train_step(iteration=iteration)\n"),
+     "train() does not count the step (iteration += 1) between train_step() and training_log()"),
+], ids=["end-hook-elsewhere", "step-counted-first"])
 def test_a_running_train_the_integration_cannot_serve_is_refused_before_installing(monkeypatch, tmp_path, edit, message):
     from relax_straggler.integrations import megatron_lm
 
