@@ -11,8 +11,12 @@ the CUDA-event pool (csrc/torch/cuda_event_pool.cpp) and defines WITH_CUDA.
 CMakeLists.txt builds csrc/core alone for its C++ tests.
 """
 
+import contextlib
 import glob
 import os
+import sys
+import time
+from typing import Iterator
 
 import pybind11
 import torch
@@ -20,6 +24,7 @@ from setuptools import Extension, find_packages, setup
 from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+BUILD_LOG = os.environ.get("RELAX_STRAGGLER_BUILD_LOG", "")
 WARNINGS = ["-O3", "-Wall", "-Wextra"]
 
 
@@ -77,16 +82,61 @@ def _torch_extension() -> Extension:
     return cpp_extension.CppExtension(**kwargs)
 
 
+@contextlib.contextmanager
+def _output_to(log_path: str, what: str) -> Iterator[None]:
+    """Sends this process's stdout and stderr (the compiler's and ninja's output included)
+    to log_path, appended, while one line on the terminal says what is built, where the log
+    is and how long it took. A failed build prints the log's last 40 lines and exits with
+    status 1 (SystemExit), without the traceback of the build machinery."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(1), "w")
+    print(f"{what} (log: {log_path}) ...", end=" ", file=terminal, flush=True)
+    start = time.monotonic()
+
+    def restore() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+    with terminal, open(log_path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except Exception:
+            restore()
+            with open(log_path) as fh:
+                tail = fh.readlines()[-40:]
+            print(f"failed; the last lines of {log_path}:", "".join(tail), sep="\n", end="", file=terminal)
+            raise SystemExit(1) from None
+        restore()
+        print(f"{time.monotonic() - start:.0f} s", file=terminal)
+
+
 class BuildExtension(cpp_extension.BuildExtension):
     """Builds each extension in its own folder: both compile csrc/core/intervals.cpp, with
     different flags, and a shared object file would be rebuilt (and both relinked) by
-    every build."""
+    every build. With RELAX_STRAGGLER_BUILD_LOG=PATH the compiler output goes to PATH
+    (written anew by each build) and each extension prints one line (make build)."""
+
+    def run(self) -> None:
+        if BUILD_LOG:
+            os.makedirs(os.path.dirname(os.path.abspath(BUILD_LOG)), exist_ok=True)
+            open(BUILD_LOG, "w").close()
+        super().run()
 
     def build_extension(self, ext: Extension) -> None:
         base = self.build_temp
         self.build_temp = os.path.join(base, ext.name)
+        quiet = _output_to(BUILD_LOG, f"building {ext.name}: {len(ext.sources)} C++ files") if BUILD_LOG \
+            else contextlib.nullcontext()
         try:
-            super().build_extension(ext)
+            with quiet:
+                super().build_extension(ext)
         finally:
             self.build_temp = base
 
