@@ -9,9 +9,14 @@ APT_PACKAGES := g++ cmake ninja-build ccache patch libgtest-dev libbenchmark-dev
 NPROC ?= 2
 DEMO_DIR ?= runs/demo
 # Compiler output and pip's go to logs under build/logs; the terminal gets one line per
-# phase, and a log's last lines when its phase fails. VERBOSE=1 prints everything.
+# phase, and a log's last lines when its phase fails. VERBOSE=1 prints everything;
+# DEBUG_INFO=1 compiles the extensions with debug info (-g).
 LOGS := build/logs
+# ccache, with paths under this checkout hashed relative to it: a clone elsewhere hits the
+# same cache entries.
 export PATH := /usr/lib/ccache:$(PATH)
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
 # $(call logged,NAME,COMMAND): COMMAND with its output in $(LOGS)/NAME.log (printed instead
 # under VERBOSE=1); when it fails, the log's last 40 lines and its path.
 logged = $(if $(VERBOSE),$(2),{ $(2); } >>$(LOGS)/$(1).log 2>&1 || { tail -n 40 $(LOGS)/$(1).log; \
@@ -50,7 +55,8 @@ build: setup
 
 build-locked:
 	@mkdir -p $(LOGS)
-	@RELAX_STRAGGLER_BUILD_LOG=$(if $(VERBOSE),,$(LOGS)/extension.log) $(PY) setup.py -q build_ext --inplace
+	@RELAX_STRAGGLER_BUILD_LOG=$(if $(VERBOSE),,$(LOGS)/extension.log) RELAX_STRAGGLER_DEBUG_INFO=$(DEBUG_INFO) \
+	  $(PY) setup.py -q build_ext --inplace
 	@[ -f $(VENV)/.editable ] || { $(call logged,setup,RELAX_STRAGGLER_NO_EXT=1 $(PIP) install -q \
 	  --no-build-isolation --no-deps -e .) && touch $(VENV)/.editable; }
 

@@ -5,8 +5,8 @@ relax_straggler._core: the torch-free engine (csrc/core) and the kernel-record s
 analysis and the monitor service need nothing else, so they start without loading torch.
 With a CUDA torch and the toolkit's CUPTI it also holds the CUPTI collector
 (csrc/cupti/cupti_collector.cpp, RS_WITH_CUPTI), linked against libcupti.
-relax_straggler._C: the LibTorch glue (csrc/torch: stage timer, timed collective backend)
-against the installed torch. A CPU torch gives a CppExtension; a torch built with CUDA adds
+relax_straggler._C: the LibTorch glue (csrc/torch: stage timer, timed collective backend,
+the latter compiled as one unit, csrc/torch/comm_unit.cpp) against the installed torch. A CPU torch gives a CppExtension; a torch built with CUDA adds
 the CUDA-event pool (csrc/torch/cuda_event_pool.cpp) and defines WITH_CUDA.
 CMakeLists.txt builds csrc/core alone for its C++ tests.
 """
@@ -14,6 +14,7 @@ CMakeLists.txt builds csrc/core alone for its C++ tests.
 import contextlib
 import glob
 import os
+import re
 import sys
 import time
 from typing import Iterator
@@ -25,6 +26,10 @@ from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD_LOG = os.environ.get("RELAX_STRAGGLER_BUILD_LOG", "")
+# Python's CFLAGS carry -g: debug info cost 30 % (the engine) to 60 % (the LibTorch glue)
+# more compile time and 30x the libraries' size; RELAX_STRAGGLER_DEBUG_INFO=1 keeps it
+# (make build DEBUG_INFO=1).
+DEBUG_INFO = [] if os.environ.get("RELAX_STRAGGLER_DEBUG_INFO") == "1" else ["-g0"]
 WARNINGS = ["-O3", "-Wall", "-Wextra"]
 
 
@@ -58,14 +63,23 @@ def _core_extension() -> Extension:
         sources=sources,
         include_dirs=include_dirs,
         language="c++",
-        extra_compile_args={"cxx": ["-std=c++17", "-fvisibility=hidden", *WARNINGS, "-isystem", pybind11.get_include()]},
+        extra_compile_args={"cxx": ["-std=c++17", "-fvisibility=hidden", *WARNINGS, *DEBUG_INFO,
+                                    "-isystem", pybind11.get_include()]},
         **kwargs,
     )
+
+
+def _unit_parts(unit: str) -> set[str]:
+    """The source files a translation unit such as csrc/torch/comm_unit.cpp includes."""
+    folder = os.path.dirname(unit)
+    with open(unit, encoding="utf-8") as fh:
+        return {os.path.join(folder, m.group(1)) for m in re.finditer(r'^#include "([^"]+\.cpp)"', fh.read(), re.M)}
 
 
 def _torch_extension() -> Extension:
     with_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
     glue = sorted(glob.glob("csrc/torch/*.cpp"))
+    glue = [s for s in glue if s not in _unit_parts("csrc/torch/comm_unit.cpp")]
     if not with_cuda:
         glue = [s for s in glue if not s.endswith("cuda_event_pool.cpp")]
     kwargs = dict(
@@ -74,7 +88,8 @@ def _torch_extension() -> Extension:
         sources=["csrc/core/intervals.cpp", *glue],
         include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "torch")],
         # torch's headers as system headers: -Wall -Wextra then report our code only.
-        extra_compile_args={"cxx": WARNINGS + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
+        extra_compile_args={"cxx": WARNINGS + DEBUG_INFO
+                            + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
     )
     if with_cuda:
         kwargs["define_macros"] = [("WITH_CUDA", None)]
