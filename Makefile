@@ -8,7 +8,19 @@ PIP := $(VENV)/bin/pip
 APT_PACKAGES := g++ cmake ninja-build ccache patch libgtest-dev libbenchmark-dev libeigen3-dev nlohmann-json3-dev
 NPROC ?= 2
 DEMO_DIR ?= runs/demo
+# Compiler output and pip's go to logs under build/logs; the terminal gets one line per
+# phase, and a log's last lines when its phase fails. VERBOSE=1 prints everything;
+# DEBUG_INFO=1 compiles the extensions with debug info (-g).
+LOGS := build/logs
+# ccache, with paths under this checkout hashed relative to it: a clone elsewhere hits the
+# same cache entries.
 export PATH := /usr/lib/ccache:$(PATH)
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := 1
+# $(call logged,NAME,COMMAND): COMMAND with its output in $(LOGS)/NAME.log (printed instead
+# under VERBOSE=1); when it fails, the log's last 40 lines and its path.
+logged = $(if $(VERBOSE),$(2),{ $(2); } >>$(LOGS)/$(1).log 2>&1 || { tail -n 40 $(LOGS)/$(1).log; \
+  echo "failed: $(2) (full log: $(LOGS)/$(1).log)"; exit 1; })
 
 .PHONY: all setup apt venv build build-locked cpp-build cpp-test py-test test demo bench clean
 
@@ -23,11 +35,13 @@ apt:
 	fi
 
 $(VENV)/.deps: requirements.txt
-	[ -x $(PY) ] || python3 -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -r requirements.txt
-	touch $@
+	@mkdir -p $(LOGS) && : > $(LOGS)/setup.log
+	@echo "setting up $(VENV): torch 2.13.0 (CPU) and requirements.txt (log: $(LOGS)/setup.log)"
+	@[ -x $(PY) ] || $(call logged,setup,python3 -m venv $(VENV))
+	@$(call logged,setup,$(PIP) install -q --upgrade pip)
+	@$(call logged,setup,$(PIP) install -q torch==2.13.0)
+	@$(call logged,setup,$(PIP) install -q -r requirements.txt)
+	@touch $@
 
 venv: $(VENV)/.deps
 
@@ -37,19 +51,24 @@ setup: apt venv
 # the package is installed once in editable mode without building it again. The lock
 # serializes builds started from several shells in one checkout.
 build: setup
-	flock /tmp/relax_straggler-build.lock $(MAKE) --no-print-directory build-locked
+	@flock /tmp/relax_straggler-build.lock $(MAKE) --no-print-directory build-locked
 
 build-locked:
-	$(PY) setup.py -q build_ext --inplace
-	@[ -f $(VENV)/.editable ] || { RELAX_STRAGGLER_NO_EXT=1 $(PIP) install -q --no-build-isolation --no-deps -e . \
-	  && touch $(VENV)/.editable; }
+	@mkdir -p $(LOGS)
+	@RELAX_STRAGGLER_BUILD_LOG=$(if $(VERBOSE),,$(LOGS)/extension.log) RELAX_STRAGGLER_DEBUG_INFO=$(DEBUG_INFO) \
+	  $(PY) setup.py -q build_ext --inplace
+	@[ -f $(VENV)/.editable ] || { $(call logged,setup,RELAX_STRAGGLER_NO_EXT=1 $(PIP) install -q \
+	  --no-build-isolation --no-deps -e .) && touch $(VENV)/.editable; }
 
 # The CUPTI collector is compiled and its no-device tests run where the CUDA toolkit is.
 CUPTI_CHECK := $(if $(wildcard /usr/local/cuda/include/cupti.h),ON,OFF)
 
 cpp-build: apt
-	cmake -S . -B build/core -G Ninja -DCMAKE_BUILD_TYPE=Release -DRS_CUPTI_COMPILE_CHECK=$(CUPTI_CHECK) >/dev/null
-	cmake --build build/core -j $(NPROC)
+	@mkdir -p $(LOGS) && : > $(LOGS)/engine.log
+	@echo "building the C++ engine, its tests and benchmarks: build/core (log: $(LOGS)/engine.log)"
+	@$(call logged,engine,cmake -S . -B build/core -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DRS_CUPTI_COMPILE_CHECK=$(CUPTI_CHECK))
+	@$(call logged,engine,cmake --build build/core -j $(NPROC))
 
 cpp-test: cpp-build
 	ctest --test-dir build/core --output-on-failure
@@ -60,7 +79,7 @@ py-test: build
 test: cpp-test py-test
 
 demo: build
-	rm -rf $(DEMO_DIR)
+	@rm -rf $(DEMO_DIR)
 	$(VENV)/bin/torchrun --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29577 \
 	  examples/train_gpt.py --straggler-analysis --straggler-console --output $(DEMO_DIR)
 

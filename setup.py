@@ -5,14 +5,19 @@ relax_straggler._core: the torch-free engine (csrc/core) and the kernel-record s
 analysis and the monitor service need nothing else, so they start without loading torch.
 With a CUDA torch and the toolkit's CUPTI it also holds the CUPTI collector
 (csrc/cupti/cupti_collector.cpp, RS_WITH_CUPTI), linked against libcupti.
-relax_straggler._C: the LibTorch glue (csrc/torch: stage timer, timed collective backend)
-against the installed torch. A CPU torch gives a CppExtension; a torch built with CUDA adds
+relax_straggler._C: the LibTorch glue (csrc/torch: stage timer, timed collective backend,
+the latter compiled as one unit, csrc/torch/comm_unit.cpp) against the installed torch. A CPU torch gives a CppExtension; a torch built with CUDA adds
 the CUDA-event pool (csrc/torch/cuda_event_pool.cpp) and defines WITH_CUDA.
 CMakeLists.txt builds csrc/core alone for its C++ tests.
 """
 
+import contextlib
 import glob
 import os
+import re
+import sys
+import time
+from typing import Iterator
 
 import pybind11
 import torch
@@ -20,6 +25,11 @@ from setuptools import Extension, find_packages, setup
 from torch.utils import cpp_extension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+BUILD_LOG = os.environ.get("RELAX_STRAGGLER_BUILD_LOG", "")
+# Python's CFLAGS carry -g: debug info cost 30 % (the engine) to 60 % (the LibTorch glue)
+# more compile time and 30x the libraries' size; RELAX_STRAGGLER_DEBUG_INFO=1 keeps it
+# (make build DEBUG_INFO=1).
+DEBUG_INFO = [] if os.environ.get("RELAX_STRAGGLER_DEBUG_INFO") == "1" else ["-g0"]
 WARNINGS = ["-O3", "-Wall", "-Wextra"]
 
 
@@ -53,14 +63,23 @@ def _core_extension() -> Extension:
         sources=sources,
         include_dirs=include_dirs,
         language="c++",
-        extra_compile_args={"cxx": ["-std=c++17", "-fvisibility=hidden", *WARNINGS, "-isystem", pybind11.get_include()]},
+        extra_compile_args={"cxx": ["-std=c++17", "-fvisibility=hidden", *WARNINGS, *DEBUG_INFO,
+                                    "-isystem", pybind11.get_include()]},
         **kwargs,
     )
+
+
+def _unit_parts(unit: str) -> set[str]:
+    """The source files a translation unit such as csrc/torch/comm_unit.cpp includes."""
+    folder = os.path.dirname(unit)
+    with open(unit, encoding="utf-8") as fh:
+        return {os.path.join(folder, m.group(1)) for m in re.finditer(r'^#include "([^"]+\.cpp)"', fh.read(), re.M)}
 
 
 def _torch_extension() -> Extension:
     with_cuda = torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
     glue = sorted(glob.glob("csrc/torch/*.cpp"))
+    glue = [s for s in glue if s not in _unit_parts("csrc/torch/comm_unit.cpp")]
     if not with_cuda:
         glue = [s for s in glue if not s.endswith("cuda_event_pool.cpp")]
     kwargs = dict(
@@ -69,7 +88,8 @@ def _torch_extension() -> Extension:
         sources=["csrc/core/intervals.cpp", *glue],
         include_dirs=[os.path.join(ROOT, "csrc"), os.path.join(ROOT, "csrc", "torch")],
         # torch's headers as system headers: -Wall -Wextra then report our code only.
-        extra_compile_args={"cxx": WARNINGS + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
+        extra_compile_args={"cxx": WARNINGS + DEBUG_INFO
+                            + [f for p in cpp_extension.include_paths() for f in ("-isystem", p)]},
     )
     if with_cuda:
         kwargs["define_macros"] = [("WITH_CUDA", None)]
@@ -77,16 +97,61 @@ def _torch_extension() -> Extension:
     return cpp_extension.CppExtension(**kwargs)
 
 
+@contextlib.contextmanager
+def _output_to(log_path: str, what: str) -> Iterator[None]:
+    """Sends this process's stdout and stderr (the compiler's and ninja's output included)
+    to log_path, appended, while one line on the terminal says what is built, where the log
+    is and how long it took. A failed build prints the log's last 40 lines and exits with
+    status 1 (SystemExit), without the traceback of the build machinery."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(1), "w")
+    print(f"{what} (log: {log_path}) ...", end=" ", file=terminal, flush=True)
+    start = time.monotonic()
+
+    def restore() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+    with terminal, open(log_path, "a") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except Exception:
+            restore()
+            with open(log_path) as fh:
+                tail = fh.readlines()[-40:]
+            print(f"failed; the last lines of {log_path}:", "".join(tail), sep="\n", end="", file=terminal)
+            raise SystemExit(1) from None
+        restore()
+        print(f"{time.monotonic() - start:.0f} s", file=terminal)
+
+
 class BuildExtension(cpp_extension.BuildExtension):
     """Builds each extension in its own folder: both compile csrc/core/intervals.cpp, with
     different flags, and a shared object file would be rebuilt (and both relinked) by
-    every build."""
+    every build. With RELAX_STRAGGLER_BUILD_LOG=PATH the compiler output goes to PATH
+    (written anew by each build) and each extension prints one line (make build)."""
+
+    def run(self) -> None:
+        if BUILD_LOG:
+            os.makedirs(os.path.dirname(os.path.abspath(BUILD_LOG)), exist_ok=True)
+            open(BUILD_LOG, "w").close()
+        super().run()
 
     def build_extension(self, ext: Extension) -> None:
         base = self.build_temp
         self.build_temp = os.path.join(base, ext.name)
+        quiet = _output_to(BUILD_LOG, f"building {ext.name}: {len(ext.sources)} C++ files") if BUILD_LOG \
+            else contextlib.nullcontext()
         try:
-            super().build_extension(ext)
+            with quiet:
+                super().build_extension(ext)
         finally:
             self.build_temp = base
 

@@ -107,7 +107,8 @@ class Analyzer:
     def __init__(self, models: list[torch.nn.Module], optimizer: Optional[torch.optim.Optimizer],
                  config: StragglerConfig, report_fn: Optional[Callable[[dict, int], None]],
                  group: Optional[dist.ProcessGroup], comparison_group: Optional[int] = None,
-                 kernel_source: Optional[KernelSource] = None) -> None:
+                 kernel_source: Optional[KernelSource] = None,
+                 step_label: Optional[Callable[[int], int]] = None) -> None:
         C = ext()
         # The reports are judged by the engine (relax_straggler._core): a build without it
         # (one from before it existed) fails here, on every rank before any collective,
@@ -115,6 +116,7 @@ class Analyzer:
         core()
         self.config = config
         self._comparison_group = comparison_group
+        self._step_label = step_label
         use_cuda = _use_cuda(config, models)
         self._timer = C.StageTimer(len(STAGES), config.interval, config.warmup_steps, config.max_events, use_cuda)
         self._sections = {name: self._timer.section(stage_id(name)) for name in STAGES}
@@ -478,7 +480,8 @@ class Analyzer:
             rows = pending.wait()
         except GatherUnavailable:
             return None  # the gather logged why (once); the step has no report
-        report = build_report(unpack(rows), step, config, config.metrics_rank, self.counters())
+        label = step if self._step_label is None else self._step_label(step)
+        report = build_report(unpack(rows), step, config, config.metrics_rank, self.counters(), label=label)
         wanted = ConfirmConfig.from_config(config)
         if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
@@ -527,7 +530,8 @@ _ACTIVE: list[Analyzer] = []  # installed analyzers, newest last (the module-lev
 def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
             config: Optional[StragglerConfig] = None, report_fn: Optional[Callable[[dict, int], None]] = None,
             group: Optional[dist.ProcessGroup] = None, comparison_group: Optional[int] = None,
-            kernel_source: Optional[KernelSource] = None) -> Union[Analyzer, NullAnalyzer]:
+            kernel_source: Optional[KernelSource] = None,
+            step_label: Optional[Callable[[int], int]] = None) -> Union[Analyzer, NullAnalyzer]:
     """Attaches straggler analysis to a training loop.
 
     model: a module or a list of model chunks (virtual pipeline), or None for manual
@@ -544,7 +548,10 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     structural imbalance (straggler/{stage}/imbalance_ratio). Give it on every rank or
     on none. kernel_source: where --straggler-kernel-stats (config.kernel_stats) gets kernel
     records (relax_straggler.kernel_evidence; e.g. a SyntheticKernelSource); default: what
-    the build can run, none (one warning) where it has no CUPTI.
+    the build can run, none (one warning) where it has no CUPTI. step_label(step) -> the
+    training loop's own number of a sampled step, given the analyzer's count of steps
+    since install (called on the report thread of the metrics rank): every sink, the
+    verdict's since_step and the summary then use it; default: that count.
     Raises ValueError for a bad config or comparison_group, or a kernel_source without
     config.kernel_stats, TypeError for an optimizer
     without step hooks, ImportError (with build instructions) when an extension is not
@@ -567,7 +574,7 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     if comparison_group is not None and (isinstance(comparison_group, bool) or not isinstance(comparison_group, int)
                                          or not 0 <= comparison_group < 2**31):
         raise ValueError(f"comparison_group must be an integer in [0, 2**31) or None, got {comparison_group!r}")
-    analyzer = Analyzer(models, optimizer, config, report_fn, group, comparison_group, kernel_source)
+    analyzer = Analyzer(models, optimizer, config, report_fn, group, comparison_group, kernel_source, step_label)
     _ACTIVE.append(analyzer)
     return analyzer
 

@@ -178,8 +178,11 @@ def drifted_ranks(forward_passes: np.ndarray, metrics_rank: int) -> np.ndarray:
 
 
 def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics_rank: int,
-                 counters: dict[str, int]) -> Report:
-    """Judges one step's gathered rows. counters: loss counters to publish with it."""
+                 counters: dict[str, int], label: Optional[int] = None) -> Report:
+    """Judges one step's gathered rows (step: the analyzer's count, which every row must
+    carry). counters: loss counters to publish with it. label: the step's number in the
+    report and its messages (install(step_label=...)); default step."""
+    shown = step if label is None else label
     # Compute stages are judged on compute time: the part of a section spent blocked
     # on a collective is taken out (docs/ARCHITECTURE.md invariant 8).
     compute = np.array([not is_communication(s) for s in STAGES])
@@ -194,7 +197,7 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         _warn_once("drift", "relax_straggler: step %d: ranks %s have run %s training forward passes where their "
                    "peers ran %d: an optimizer step was skipped there (e.g. a GradScaler overflow only they saw), "
                    "so their steps no longer line up with their peers'; they are not judged from now on "
-                   "(straggler/drifted_ranks)", step, np.flatnonzero(drifted).tolist(),
+                   "(straggler/drifted_ranks)", shown, np.flatnonzero(drifted).tolist(),
                    sorted({int(n) for n in gathered.forward_passes[drifted]}),
                    int(gathered.forward_passes[~drifted & np.isfinite(gathered.forward_passes)][0]))
     if mismatched.any() or drifted.any():
@@ -217,10 +220,10 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
             kernel = KernelMatrix(*(normalize_workload(a, stages, tokens)
                                     for a in (kernel.kernel_ms, kernel.idle_ms, kernel.nccl_ms)))
     elif np.any(np.isfinite(tokens)):
-        log.warning("relax_straggler: step %d: only some ranks set a workload; comparing raw times", step)
+        log.warning("relax_straggler: step %d: only some ranks set a workload; comparing raw times", shown)
 
-    groups = comparison_groups(gathered.groups, step)
-    verdict = core().judge_step(judged, list(stages), step, verdict_config(config),
+    groups = comparison_groups(gathered.groups, shown)
+    verdict = core().judge_step(judged, list(stages), shown, verdict_config(config),
                                 None if groups is None else groups.tolist())
     stragglers = {sv.stage: tuple(sv.stragglers) for sv in verdict.stages}
     top_ranks = {sv.stage: sv.top_rank for sv in verdict.stages}
@@ -253,7 +256,7 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
     metrics["straggler/unusable_times"] = verdict.unusable_cells
     if verdict.unusable_cells:
         _warn_once("unusable", "relax_straggler: step %d: %d measured times were infinite or negative and are judged "
-                   "as not run (straggler/unusable_times counts them per report)", step, verdict.unusable_cells)
+                   "as not run (straggler/unusable_times counts them per report)", shown, verdict.unusable_cells)
     late = late_arrivals(gathered, device_ms)
     if late is not None:
         metrics["straggler/communication/blamed_rank"] = late.blamed_rank
@@ -264,7 +267,7 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         metrics[f"straggler/{name}"] = value
 
     return Report(
-        step=step,
+        step=shown,
         stages=stages,
         device_ms=device_ms,
         judged_ms=judged,

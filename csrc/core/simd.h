@@ -1,19 +1,22 @@
-// Vectors for the engine's hot loops (GCC/Clang vector extensions: one AVX2 instruction
-// per operation in an AVX2 clone, else two SSE2 or NEON ones), sorting networks that sort
-// every lane of such vectors at once, the attribute that compiles a function twice on
-// x86-64 ELF, the AVX2 clone chosen at load time where the CPU has it, and the instruction
-// sets of hot loops compiled once per set, each path callable by itself (tests compare the
-// paths), one chosen at load time.
+// Vectors for the engine's hot loops (GCC/Clang vector extensions: a vector wider than the
+// instruction set's registers is split by the compiler, so each path uses its own widths:
+// a large network on split vectors costs GCC minutes), sorting networks that sort every
+// lane of such vectors at once, and the instruction sets of hot loops compiled once per
+// set, each path callable by itself (tests compare the paths), one chosen at load time.
 #pragma once
 
 #include <cstddef>
 
 namespace relax_straggler::core {
 
+using V2 = double __attribute__((vector_size(16)));  // two doubles: one SSE2 or NEON register
+using M2 = long long __attribute__((vector_size(16)));
 using V4 = double __attribute__((vector_size(32)));  // four doubles
 using M4 = long long __attribute__((vector_size(32)));
 using V8 = double __attribute__((vector_size(64)));  // eight doubles: one AVX-512 register
 using M8 = long long __attribute__((vector_size(64)));
+using F4 = float __attribute__((vector_size(16)));  // four floats: one SSE2 or NEON register
+using I4 = int __attribute__((vector_size(16)));
 using F8 = float __attribute__((vector_size(32)));  // eight floats
 using I8 = int __attribute__((vector_size(32)));
 
@@ -114,13 +117,11 @@ inline __attribute__((always_inline)) void sort_lanes(V* v, const M& zero) {
 }  // namespace relax_straggler::core
 
 #if defined(__x86_64__) && defined(__ELF__)
-#define RS_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
 #define RS_ISA_PATHS 1  // kAvx2 and kAvx512 paths are compiled (RS_TARGET_*)
 #define RS_TARGET_AVX2 __attribute__((target("avx2")))
 #define RS_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl")))
 #else
-#define RS_AVX2_CLONE  // one build (aarch64: NEON; elsewhere the compiler's default)
-#define RS_ISA_PATHS 0
+#define RS_ISA_PATHS 0  // one build (aarch64: NEON; elsewhere the compiler's default)
 #endif
 
 namespace relax_straggler::core {

@@ -6,7 +6,9 @@ checked first, and nothing is written unless all of them apply. ``--check`` only
 per patch, whether it applies, is already applied, or conflicts; ``--revert`` takes
 applied patches out again in reverse order.
 
-Applying is not enough: before writing anything (and with ``--check``) the patches are
+A release the patches cannot serve is refused first, naming the release found and the
+oldest supported one (megatron-lm: megatron/core/package_info.py), instead of the patch
+tool's conflict. Applying is not enough: before writing anything (and with ``--check``) the patches are
 applied to a temporary copy of the files they touch, and the result is verified
 (relax_straggler.cli.patch_verify: every patched file compiles, every name an added line
 reads is bound there) together with the target's own checks (megatron-lm: the Megatron-LM
@@ -15,8 +17,9 @@ the end hook placed before every exit of train()). A tree that fails is refused 
 the reasons, and nothing is changed.
 
 Patching uses ``git apply`` (the checkout need not be a git repository) or, where git
-is missing, GNU ``patch -p1``. Each patch file starts with free text naming the
-upstream commit it was made against; both tools skip it.
+is missing, GNU ``patch -p1 --fuzz=0``: every context line of a hunk must match, so a hunk
+never lands beside lines it was not made for. Each patch file starts with free text
+naming the upstream commit it was made against; both tools skip it.
 
 Exit codes: 0 done (or nothing to do), 1 a patch conflicts, the patched tree fails its
 checks or a tool failed, 2 bad arguments (unknown target, PATH not a directory).
@@ -76,6 +79,8 @@ class Tool:
 
 
 class GitApply(Tool):
+    """git apply: a hunk applies only where all its context lines match (it may move)."""
+
     name = "git apply"
 
     def _cmd(self, patch: Path, reverse: bool, dry_run: bool) -> list[str]:
@@ -88,10 +93,14 @@ class GitApply(Tool):
 
 
 class GnuPatch(Tool):
+    """GNU patch without fuzz: by default it drops up to two context lines of a hunk that
+    does not match and applies the rest wherever it fits."""
+
     name = "patch"
 
     def _cmd(self, patch: Path, reverse: bool, dry_run: bool) -> list[str]:
-        cmd = ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-r", "-", "-i", str(patch)]
+        cmd = ["patch", "-p1", "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch", "-r", "-",
+               "-i", str(patch)]
         if reverse:
             cmd[cmd.index("--forward")] = "--reverse"
         if dry_run:
@@ -147,6 +156,12 @@ def touched_files(patch: Path) -> list[str]:
     return files
 
 
+def _megatron_lm_release(root: Path) -> tuple[str, list[str]]:
+    from relax_straggler.integrations import megatron_compat
+
+    return megatron_compat.tree_release(root)
+
+
 def _megatron_lm_checks(root: Path, patched: Mapping[str, str]) -> list[str]:
     from relax_straggler.integrations import megatron_compat
 
@@ -157,6 +172,8 @@ def _megatron_lm_checks(root: Path, patched: Mapping[str, str]) -> list[str]:
     return problems
 
 
+# target -> (checkout root) -> (the release found, as text; why the patches cannot serve it, empty if they can)
+TARGET_RELEASES: Mapping[str, Callable[[Path], tuple[str, list[str]]]] = {"megatron-lm": _megatron_lm_release}
 # target -> checks of (checkout root, {patched file: its patched text}); problems, empty if none
 TARGET_CHECKS: Mapping[str, Callable[[Path, Mapping[str, str]], list[str]]] = {"megatron-lm": _megatron_lm_checks}
 
@@ -215,6 +232,12 @@ def run(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         log.error("%s", exc)
         return 1
+    release, unserved = TARGET_RELEASES.get(args.target, lambda _: ("", []))(root)
+    if unserved and not args.revert:  # taking patches out is always allowed
+        for problem in unserved:
+            log.error("  %s", problem)
+        log.error("%s: the patches cannot serve %s at %s (see above); nothing changed", args.target, release, root)
+        return 1
     statuses = [status(tool, f) for f in files]
     for s in statuses:
         log.info("%-40s %s%s", s.path.name, s.state.value, f" (upstream {s.upstream})" if s.upstream else "")
@@ -222,8 +245,9 @@ def run(args: argparse.Namespace) -> int:
             (log.error if s.state is State.CONFLICTS else log.info)("  %s", s.detail.replace("\n", "\n  "))
     states = {s.state for s in statuses}
     if State.CONFLICTS in states:
-        log.error("%s: %d of %d patches do not apply to %s (see above); nothing changed",
-                  args.target, sum(s.state is State.CONFLICTS for s in statuses), len(statuses), root)
+        log.error("%s: %d of %d patches do not apply to %s%s (see above; patches/README.md lists the commits "
+                  "they were verified on); nothing changed", args.target,
+                  sum(s.state is State.CONFLICTS for s in statuses), len(statuses), root, f", {release}" if release else "")
         return 1
     if args.revert:  # taking patches out is always allowed, a broken one included
         return _apply(tool, [s.path for s in reversed(statuses) if s.state is State.APPLIED], reverse=True,

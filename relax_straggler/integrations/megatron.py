@@ -204,7 +204,7 @@ class MegatronAnalysis:
     the optimizer configs whose ``timers`` the Megatron optimizer reads. module_stages:
     hook modules matched by module_patterns (default patterns when None) into the
     `attention` / `moe` stages, timed only inside train_step(). labels: where
-    train_step(step=...) records the caller's step numbers for the report callback.
+    train_step(step=...) records the caller's step numbers, which name the reports.
     timer_slots: further (object, attribute name) places holding a Timers object that
     train_step() swaps too (Megatron-LM's global timers, read by ``get_timers()``).
     """
@@ -248,9 +248,10 @@ class MegatronAnalysis:
         the previous values come back and the analyzer's step ends. On an exception the
         values come back and the step is not ended (the exception ends the run).
 
-        step: the training loop's own step number (e.g. Megatron's iteration); the
-        report callback then receives it instead of the analyzer's count of steps
-        since install. Raises RuntimeError when a train_step() is already open."""
+        step: the training loop's own step number (e.g. Megatron-LM's, as its log names
+        the step); the report of a sampled step then carries it in every sink (callback,
+        JSONL, console, store, the verdict's since_step) instead of the analyzer's count of
+        steps since install. Raises RuntimeError when a train_step() is already open."""
         if self._in_step:
             raise RuntimeError("relax_straggler: train_step() entered while a training step is already open")
         if step is not None and self.analyzer.timer.sampled:
@@ -325,13 +326,6 @@ class StepLabels:
         """The label of analyzer_step, or analyzer_step itself when none was given."""
         with self._lock:
             return self._labels.pop(analyzer_step, analyzer_step)
-
-
-def _labelled(report_fn: Callable[[dict, int], None], labels: StepLabels) -> Callable[[dict, int], None]:
-    def report(metrics: dict, step: int) -> None:
-        report_fn(metrics, labels.pop(step))
-
-    return report
 
 
 def _optimizer_configs(optimizer: Any) -> list[Any]:
@@ -420,8 +414,8 @@ def install(model: Union[torch.nn.Module, Sequence[torch.nn.Module]], optimizer:
     analyzer_config = config.replace(enable_module_stages=False, device_events=_device_events(config, models),
                                      max_ops=DEFAULT_MAX_OPS if config.max_ops is None else config.max_ops)
     labels = StepLabels(capacity=4 * config.queue_size)
-    analyzer = install_analyzer(None, None, config=analyzer_config, group=group,
-                                report_fn=_labelled(report_fn, labels) if report_fn is not None else None,
+    analyzer = install_analyzer(None, None, config=analyzer_config, group=group, report_fn=report_fn,
+                                step_label=labels.pop,
                                 comparison_group=_pipeline_rank() if comparison_group == "pipeline" else comparison_group)
     worker = _worker()
     if worker is not None:

@@ -1,16 +1,24 @@
 """The private parts of Megatron-LM that the Megatron-LM integration relies on, in one place.
 
-Three assumptions, each checked on the running modules (`release()`, `train_step_slot()`,
-`global_timers_slot()`: RuntimeError naming what is missing) and on a source tree
-(`check_tree()`, which ``relax-straggler patch megatron-lm PATH --check`` runs):
+Four assumptions, each checked on the running modules (`release()`, `train_step_slot()`,
+`global_timers_slot()`, `check_running_train()`: RuntimeError naming what is missing) and on
+a source tree (`tree_release()` and `check_tree()`, which ``relax-straggler patch
+megatron-lm PATH`` runs before it changes anything):
 
 - the release: ``megatron/core/package_info.py`` MAJOR.MINOR at least `MIN_RELEASE`. Checked
   on core_v0.16.1, 0.17.1, 0.18.2, 0.19.0 and main 0.20.0 (docs/INTEGRATIONS.md); a newer
-  release runs if the two assumptions below hold, with one warning.
+  release runs if the assumptions below hold, with one warning. Core 0.15 and older are
+  refused: their ``train_step()`` takes no ``iteration`` and the end hook's context lines
+  are not there.
 - ``train()`` in ``megatron/training/training.py`` calls ``train_step`` by its module-global
   name: the integration rebinds that global for the run, so every training step runs in the
   analysis' step scope without a patch inside the loop (whose indentation and surrounding
   context differ between releases).
+- ``train()`` passes ``iteration=`` to ``train_step()``, then counts the step (``iteration
+  += 1``) and logs it with ``training_log(..., iteration, ...)``: Megatron-LM's log, its
+  TensorBoard / W&B steps and its checkpoints name a step by the number of steps done
+  after it, one more than the ``iteration`` its ``train_step()`` received. The integration
+  labels its reports the same way.
 - ``get_timers()`` in ``megatron/training/global_vars.py`` returns the module global
   ``_GLOBAL_TIMERS``: inside a step it holds the adapter, so the timers the training
   scripts start on ``get_timers()`` (``pretrain_gpt.forward_step``'s ``batch-generator``, the
@@ -18,7 +26,9 @@ Three assumptions, each checked on the running modules (`release()`, `train_step
   ``config.timers``.
 
 `check_patched_train()` checks where the patch put its two calls in ``train()``: the start
-before the training loop, the end after it and before every ``sys.exit()``.
+before the training loop, the end after it and before every ``sys.exit()``;
+`check_running_train()` checks the same on the running ``training.py``, however the patch
+was applied (by hand with fuzz, a hook can land in another function).
 """
 
 from __future__ import annotations
@@ -68,7 +78,7 @@ def release() -> tuple[int, int]:
     from megatron.core import package_info
 
     found = (int(package_info.MAJOR), int(package_info.MINOR))
-    _judge_release(found, f"megatron.core {package_info.__version__}")
+    _judge_release(found, f"Megatron-Core {package_info.__version__}")
     return found
 
 
@@ -105,6 +115,25 @@ def global_timers_slot() -> Slot:
         raise RuntimeError(f"relax_straggler: {global_vars.__file__}: get_timers() does not return the module's "
                            "_GLOBAL_TIMERS; this Megatron-LM is not supported (docs/INTEGRATIONS.md)")
     return Slot(global_vars, "_GLOBAL_TIMERS")
+
+
+def check_running_train() -> None:
+    """Checks the source of the running ``megatron/training/training.py`` as a patched tree
+    is checked (`check_patched_train()`, `check_train_loop()`), whichever way the patch was
+    applied. Raises RuntimeError naming the file, the lines and what is wrong; logs one
+    warning when the source cannot be read (nothing then to check)."""
+    from megatron.training import training
+
+    path = Path(training.__file__ or "")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("relax_straggler: cannot read %s (%s): the hook placement is not checked", path, exc)
+        return
+    problems = check_patched_train(source, str(path)) or check_train_loop(ast.parse(source, str(path)), str(path))
+    if problems:
+        raise RuntimeError("relax_straggler: this Megatron-LM's train() cannot be served (docs/INTEGRATIONS.md): "
+                           + "; ".join(problems))
 
 
 # Source checks (no import of the tree) -------------------------------------------------------
@@ -157,38 +186,66 @@ def _read(root: Path, rel: str, problems: list[str]) -> Optional[ast.Module]:
     return None
 
 
-def _source_release(tree: ast.Module) -> Optional[tuple[int, int]]:
+def tree_release(root: Path) -> tuple[str, list[str]]:
+    """The Megatron-Core release of the checkout at `root` as text (e.g. "Megatron-Core
+    0.15.3", from megatron/core/package_info.py; "no Megatron-Core release" when it cannot be
+    read) and why the integration cannot serve it, naming the oldest supported release
+    (empty when it can)."""
+    problems: list[str] = []
+    info = _read(root, PACKAGE_INFO, problems)
+    if info is None:
+        return "no Megatron-Core release", problems
+    values = _int_constants(info)
+    if "MAJOR" not in values or "MINOR" not in values:
+        return "no Megatron-Core release", [f"{PACKAGE_INFO}: no MAJOR / MINOR constants"]
+    found = (values["MAJOR"], values["MINOR"])
+    what = f"Megatron-Core {'.'.join(str(v) for v in (*found, values.get('PATCH', 0)))}"
+    try:
+        _judge_release(found, f"{what} ({PACKAGE_INFO})")
+    except RuntimeError as exc:
+        problems.append(str(exc))
+    return what, problems
+
+
+def _int_constants(tree: ast.Module) -> dict[str, int]:
     values: dict[str, int] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
             values[node.targets[0].id] = node.value.value
-    return (values["MAJOR"], values["MINOR"]) if "MAJOR" in values and "MINOR" in values else None
+    return values
+
+
+def check_train_loop(training: ast.Module, filename: str = TRAINING) -> list[str]:
+    """What in a training.py's ``train()`` breaks the assumptions on its loop (the module
+    docstring: train_step() called by name with iteration=, the step counted between it and
+    training_log()), one message per problem naming the line; empty when none does."""
+    train = _function(training, "train")
+    if train is None or _function(training, "train_step") is None:
+        return [f"{filename}: no module-level train() and train_step()"]
+    steps = _calls(train, "train_step")
+    if not steps or _binds(train, "train_step"):
+        return [f"{filename}:{train.lineno}: train() does not call the module's train_step() by name"]
+    if not all(any(k.arg == "iteration" for k in c.keywords) for c in steps):
+        return [f"{filename}:{train.lineno}: train() calls train_step() without iteration="]
+    step = max(c.lineno for c in steps)
+    counts = [n.lineno for n in _own_nodes(train) if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add)
+              and isinstance(n.target, ast.Name) and n.target.id == "iteration" and n.lineno > step]
+    logs = [c.lineno for c in _calls(train, "training_log")
+            if any(isinstance(a, ast.Name) and a.id == "iteration" for a in c.args)]
+    if not counts or not any(min(counts) < line for line in logs):
+        return [f"{filename}:{step}: train() does not count the step (iteration += 1) between train_step() and "
+                "training_log(): the reports' step numbers would not be the ones Megatron-LM logs"]
+    return []
 
 
 def check_tree(root: Path) -> list[str]:
     """What in the Megatron-LM checkout at `root` breaks the integration's assumptions (the
     module docstring), one message per problem naming file and line; empty when none does."""
-    problems: list[str] = []
-    info = _read(root, PACKAGE_INFO, problems)
-    if info is not None:
-        found = _source_release(info)
-        if found is None:
-            problems.append(f"{PACKAGE_INFO}: no MAJOR / MINOR constants")
-        else:
-            try:
-                _judge_release(found, f"{PACKAGE_INFO} {found[0]}.{found[1]}")
-            except RuntimeError as exc:
-                problems.append(str(exc))
+    problems = tree_release(root)[1]
     training = _read(root, TRAINING, problems)
     if training is not None:
-        train = _function(training, "train")
-        if train is None or _function(training, "train_step") is None:
-            problems.append(f"{TRAINING}: no module-level train() and train_step()")
-        elif not _calls(train, "train_step") or _binds(train, "train_step"):
-            problems.append(f"{TRAINING}:{train.lineno}: train() does not call the module's train_step() by name")
-        elif not all(any(k.arg == "iteration" for k in c.keywords) for c in _calls(train, "train_step")):
-            problems.append(f"{TRAINING}:{train.lineno}: train() calls train_step() without iteration=")
+        problems += check_train_loop(training)
     global_vars = _read(root, GLOBAL_VARS, problems)
     if global_vars is not None:
         get_timers = _function(global_vars, "get_timers")

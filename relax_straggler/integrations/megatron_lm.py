@@ -7,7 +7,8 @@ here, so the patch stays the same across Megatron-LM releases):
   ``--straggler-*`` flags.
 - `train_started(args, model, optimizer, config)` (train(), after its setup, every rank):
   installs the analysis and rebinds ``megatron.training.training.train_step`` so every
-  training step runs inside the analysis' step scope. Inside it the model config's, the
+  training step runs inside the analysis' step scope, numbered as Megatron-LM logs it
+  (``iteration + 1``: the steps done once it ends). Inside it the model config's, the
   optimizer configs' and Megatron-LM's global timers (``get_timers()``) are chained adapters,
   so ``batch-generator`` of ``pretrain_gpt.forward_step`` is the ``data`` stage and the
   ``optimizer`` timer of ``train_step`` the ``optimizer`` stage.
@@ -53,16 +54,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 
 def _scoped(train_step: Callable[..., Any], analysis: MegatronAnalysis) -> Callable[..., Any]:
-    """train_step run inside analysis.train_step(step=iteration)."""
+    """train_step run inside analysis.train_step(step=iteration + 1): the step numbered as
+    Megatron-LM logs it (train() counts a step done before training_log() names it; checked
+    by megatron_compat.check_train_loop)."""
     names = list(inspect.signature(train_step).parameters)
     position = names.index("iteration") if "iteration" in names else None
 
     @functools.wraps(train_step)
     def scoped(*args: Any, **kwargs: Any) -> Any:
-        step = kwargs.get("iteration")
-        if step is None and position is not None and position < len(args):
-            step = args[position]
-        with analysis.train_step(step=step):
+        iteration = kwargs.get("iteration")
+        if iteration is None and position is not None and position < len(args):
+            iteration = args[position]
+        with analysis.train_step(step=None if iteration is None else iteration + 1):
             return train_step(*args, **kwargs)
 
     return scoped
@@ -75,14 +78,15 @@ def train_started(args: argparse.Namespace, model: Sequence[torch.nn.Module], op
     (``config.timers`` is Megatron's global Timers).
 
     A train() left by an exception (in-process restart) is ended first. Raises RuntimeError
-    when this Megatron-LM breaks an assumption of megatron_compat (the message names it),
-    ValueError for bad flag values."""
+    when this Megatron-LM breaks an assumption of megatron_compat (the message names it; a
+    patch hook out of place included), ValueError for bad flag values."""
     global _RUN
     if _RUN is not None:
         log.warning("relax_straggler: train() entered again without leaving the last one; ending that analysis")
         train_ended()
     megatron_compat.release()
     step_slot = megatron_compat.train_step_slot()
+    megatron_compat.check_running_train()
     timers_slot = megatron_compat.global_timers_slot()
     analysis = install(list(model), optimizer, config=from_args(args), model_config=config,
                        timer_slots=[(timers_slot.owner, timers_slot.name)])

@@ -1,9 +1,11 @@
 // The confirmed verdict's per-report kernels are compiled once per instruction set
 // (core/simd.h: the build's default, AVX2, AVX-512) and one path is chosen at load time:
 // every path this CPU runs must give the same bits on the same input (references_of_rows)
-// and the same rows (rows_outside, also checked against a plain per-cell test).
+// and the same rows (rows_outside, also checked against a plain per-cell test), and the
+// medians of the learned noise (ring_medians) its definition gives.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -80,6 +82,56 @@ TEST(ConfirmPaths, AnUnavailablePathIsRefusedByName) {
   std::int32_t found[2];
   const std::int32_t group[] = {0, 0};
   EXPECT_THROW(rc::rows_outside_on(rs::Isa::kAvx512, ms, 2, 1, group, ms, ms, found), std::invalid_argument);
+  const float ring[8] = {};
+  const std::int32_t due[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  float median[8];
+  EXPECT_THROW(rc::ring_medians_on(rs::Isa::kAvx512, ring, 1, due, median), std::invalid_argument);
+}
+
+// Rings of every network size and between them, partly filled (+inf past the filled
+// entries) or full, with ties; each path and the load-time choice against the definition:
+// the entry at due / 2 of the ring sorted.
+TEST(ConfirmPaths, EveryPathTakesTheNoiseMediansOfTheirDefinition) {
+  constexpr std::size_t kRings = 8;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<rs::Isa> paths = available();
+  for (std::size_t mem : {1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> block(mem * kRings);
+      std::int32_t due[kRings];
+      for (std::size_t l = 0; l < kRings; ++l) {
+        due[l] = static_cast<std::int32_t>(u(rng) * static_cast<float>(mem + 1)) % static_cast<std::int32_t>(mem + 1);
+        const std::size_t filled = trial % 2 == 0 ? static_cast<std::size_t>(due[l]) : mem;
+        for (std::size_t i = 0; i < mem; ++i) {
+          block[i * kRings + l] = i >= filled ? inf : u(rng) < 0.2 ? 0.5f : u(rng);
+        }
+      }
+      float want[kRings];
+      for (std::size_t l = 0; l < kRings; ++l) {
+        std::vector<float> ring;
+        for (std::size_t i = 0; i < mem; ++i) ring.push_back(block[i * kRings + l]);
+        std::sort(ring.begin(), ring.end());
+        want[l] = ring[static_cast<std::size_t>(due[l]) / 2];
+      }
+      float got[kRings];
+      for (rs::Isa isa : paths) {
+        rc::ring_medians_on(isa, block.data(), mem, due, got);
+        for (std::size_t l = 0; l < kRings; ++l) {
+          if (due[l] > 0) {
+            EXPECT_EQ(got[l], want[l]) << name(isa) << " mem=" << mem << " ring " << l;
+          }
+        }
+      }
+      rc::ring_medians(block.data(), mem, due, got);
+      for (std::size_t l = 0; l < kRings; ++l) {
+        if (due[l] > 0) {
+          EXPECT_EQ(got[l], want[l]) << "load-time path, mem=" << mem << " ring " << l;
+        }
+      }
+    }
+  }
 }
 
 // Stage counts below, at and between the vector widths (4 and 8 stages), every network size.

@@ -1,5 +1,6 @@
 """install()/uninstall() in one process: hooks, stages measured, failure isolation."""
 
+import json
 import logging
 import math
 
@@ -105,6 +106,23 @@ def test_sampling_follows_interval_and_warmup():
     analyzer.uninstall()
     assert steps == [6, 9, 12]
     assert analyzer.timer.read_points == 3
+
+
+def test_step_label_names_each_report_in_every_sink(tmp_path):
+    """install(step_label=...): the training loop's own step numbers (here 1000 + the
+    analyzer's count, as in a run resumed at step 1000) in the callback and the JSONL file
+    alike."""
+    model, opt = make()
+    steps = []
+    jsonl = tmp_path / "reports.jsonl"
+    analyzer = relax_straggler.install(model, opt, config=StragglerConfig(enabled=True, interval=3, warmup_steps=4,
+                                                                         jsonl_path=str(jsonl)),
+                                       report_fn=lambda m, s: steps.append(s), step_label=lambda s: 1000 + s)
+    train(model, opt, analyzer, 13)
+    analyzer.uninstall()
+    assert steps == [1006, 1009, 1012]
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1006, 1009, 1012]
 
 
 def test_observing_does_not_change_losses():

@@ -170,3 +170,53 @@ def test_a_megatron_lm_release_too_old_is_refused(tmp_path, caplog):
     info.write_text(info.read_text().replace("MINOR = 16", "MINOR = 15"))
     assert run("megatron-lm", str(tmp_path), "--check") == 1
     assert "older than the oldest supported release 0.16" in caplog.text
+
+
+def _megatron_lm_0_15(root: Path) -> None:
+    """The synthetic host in the shape of Megatron-LM core 0.15 where the patch cannot go:
+    release 0.15.3, and no `# Destroy CUDA Graphs.` block after the training loop (the end
+    hook's context)."""
+    info = root / "megatron/core/package_info.py"
+    info.write_text(info.read_text().replace("MINOR = 16", "MINOR = 15").replace("PATCH = 1", "PATCH = 3"))
+    training = root / "megatron/training/training.py"
+    text = training.read_text()
+    cut = text.replace("    # Destroy CUDA Graphs.\n    if args.fixture_cuda_graphs:\n"
+                       "        raise AssertionError(\"not exercised\")\n\n", "")
+    assert cut != text
+    training.write_text(cut)
+
+
+@pytest.mark.parametrize("tool", [patch_cli.GitApply, patch_cli.GnuPatch])
+def test_a_megatron_lm_release_the_patch_cannot_serve_is_refused_by_name(tmp_path, monkeypatch, caplog, tool):
+    if tool is patch_cli.GnuPatch and shutil.which("patch") is None:
+        pytest.skip("GNU patch not installed")
+    monkeypatch.setattr(patch_cli, "choose_tool", tool)
+    original = fixture_tree(tmp_path, "megatron-lm")
+    _megatron_lm_0_15(tmp_path)
+    changed = {f: f.read_text() for f in original}
+    for mode in (["--check"], []):
+        caplog.clear()
+        assert run("megatron-lm", str(tmp_path), *mode) == 1
+        assert "Megatron-Core 0.15.3" in caplog.text and "oldest supported release 0.16" in caplog.text
+        assert "patch failed" not in caplog.text and "FAILED" not in caplog.text  # not the tool's raw refusal
+    assert all(f.read_text() == t for f, t in changed.items())
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="GNU patch not installed")
+def test_gnu_patch_never_applies_with_fuzz(tmp_path, monkeypatch, caplog):
+    """A hunk whose context lines differ (here the end hook's) conflicts: GNU patch would
+    otherwise drop context lines (fuzz) and put the hook wherever the rest matches."""
+    fixture_tree(tmp_path, "megatron-lm")
+    training = tmp_path / "megatron/training/training.py"
+    training.write_text(training.read_text().replace("    # Destroy CUDA Graphs.\n", "    # Tear CUDA graphs down.\n"))
+    changed = training.read_text()
+    patch = PATCHES / "megatron-lm" / "0001-training-straggler-analysis.patch"
+    assert subprocess.run(["patch", "-p1", "--dry-run", "--batch", "-i", str(patch)], cwd=tmp_path,
+                          capture_output=True, text=True).stdout.count("with fuzz") == 1  # what fuzz would do
+    ok, message = patch_cli.GnuPatch(tmp_path).check(patch)
+    assert not ok and "FAILED" in message
+    monkeypatch.setattr(patch_cli, "choose_tool", patch_cli.GnuPatch)
+    caplog.set_level(logging.INFO)
+    assert run("megatron-lm", str(tmp_path)) == 1
+    assert "conflicts" in caplog.text and "Hunk #2 FAILED" in caplog.text and "Megatron-Core 0.16.1" in caplog.text
+    assert training.read_text() == changed

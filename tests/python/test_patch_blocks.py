@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,11 +82,32 @@ def test_the_flag_without_relax_straggler_fails_naming_why(tmp_path, target, scr
 def test_arguments_with_relax_straggler(tmp_path, target, script, argv):
     tree = host(tmp_path, target)
     off = parsed(run_host(tree, script, argv, importable=True))
-    assert off["straggler_analysis"] is False
+    if target == "megatron-lm":  # no flag, no import: parsed as unpatched
+        assert off == parsed(run_host(host(tmp_path, target, patched=False), script, argv, importable=True))
+    else:
+        assert off["straggler_analysis"] is False
     on = parsed(run_host(tree, script, [*argv, "--straggler-analysis", "--straggler-interval", "3"], importable=True))
     assert on["straggler_analysis"] is True and on["straggler_interval"] == 3
     if target == "megatron-lm":  # beside Megatron-LM's own straggler-detector flags
         assert on["log_straggler"] is True and on["straggler_minmax_count"] == 2
+
+
+MEGATRON_PARSE_IMPORTS = """
+import sys
+from megatron.training.arguments import parse_args
+parse_args()
+print(sorted(m for m in sys.modules if m.split('.')[0] == 'relax_straggler'))
+"""
+
+
+def test_megatron_lm_argument_parsing_imports_nothing_of_relax_straggler_without_the_flag(tmp_path):
+    tree = host(tmp_path, "megatron-lm")
+    off = run_host(tree, MEGATRON_PARSE_IMPORTS, ["--log-straggler"], importable=True)
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.strip() == "[]"
+    on = run_host(tree, MEGATRON_PARSE_IMPORTS, ["--straggler-analysis"], importable=True)
+    assert on.returncode == 0, on.stderr
+    assert "'relax_straggler.integrations.megatron_lm'" in on.stdout
 
 
 RELAX_TRAIN = """
@@ -225,8 +247,9 @@ def test_megatron_lm_flushes_on_every_exit_and_times_the_data_stage(tmp_path, ex
     assert result["restored"] and result["global_timers"]
     assert {"batch-generator", "optimizer", "forward-compute"} <= set(result["names"])  # chained through
     reports = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    last = (exit_interval or 6) - 1
-    assert [r["step"] for r in reports] == list(range(last + 1))  # the last step's report was flushed
+    logged = [int(m) for m in re.findall(r"^iteration (\d+)/", on.stdout, re.M)]
+    assert logged == list(range(1, (exit_interval or 6) + 1))
+    assert [r["step"] for r in reports] == logged  # numbered as Megatron-LM logs them; the last one flushed
     for r in reports:
         stages = dict(zip(r["stages"], r["device_ms"][0]))
         assert stages["data"] >= 2 * 10 * 0.8  # two batch-generator sections of 10 ms, from get_timers()

@@ -65,7 +65,7 @@ def test_a_changed_internal_is_a_clear_error(monkeypatch, training, globals_, sl
 
 def test_release_bounds(monkeypatch, caplog):
     fake_megatron(monkeypatch, GOOD_TRAINING, GOOD_GLOBALS, minor=15)
-    with pytest.raises(RuntimeError, match=r"megatron.core 0.15.0 is older than the oldest supported release 0.16"):
+    with pytest.raises(RuntimeError, match=r"Megatron-Core 0.15.0 is older than the oldest supported release 0.16"):
         compat.release()
     fake_megatron(monkeypatch, GOOD_TRAINING, GOOD_GLOBALS, minor=21)
     with caplog.at_level(logging.WARNING):
@@ -104,10 +104,76 @@ UPSTREAM = [Path(p) for p in os.environ.get("RELAX_STRAGGLER_MEGATRON_LM_TREES",
 @pytest.mark.skipif(not UPSTREAM, reason="no Megatron-LM checkouts given (RELAX_STRAGGLER_MEGATRON_LM_TREES; "
                                          "tests/compat/megatron_lm_sources.sh sets it)")
 @pytest.mark.parametrize("tree", UPSTREAM, ids=str)
-def test_an_upstream_megatron_lm_tree(tree, tmp_path):
-    assert compat.check_tree(tree) == []
+def test_an_upstream_megatron_lm_tree(tree, tmp_path, caplog):
+    """A supported release passes, is patched and has its hooks in place; an older one is
+    refused naming its release and the oldest supported one, and left as it was."""
     copy = tmp_path / "tree"
     shutil.copytree(tree / "megatron", copy / "megatron")
+    release, unserved = compat.tree_release(tree)
+    if unserved:
+        assert main(["patch", "megatron-lm", str(copy)]) == 1
+        assert f"{release} (megatron/core/package_info.py) is older than the oldest supported release 0.16" \
+            in caplog.text
+        assert (copy / compat.TRAINING).read_text() == (tree / compat.TRAINING).read_text()
+        return
+    assert compat.check_tree(tree) == []
     assert main(["patch", "megatron-lm", str(copy), "--check"]) == 0
     assert main(["patch", "megatron-lm", str(copy)]) == 0
     assert compat.check_patched_train((copy / compat.TRAINING).read_text()) == []
+
+
+PATCHED_TRAINING = """import sys
+
+def train_step(iteration=None):
+    pass
+
+def training_log(iteration):
+    print('iteration', iteration)
+
+def train(args):
+    iteration = 0
+    train_started()
+    while iteration < 3:
+        train_step(iteration=iteration)
+        iteration += 1
+        training_log(iteration)
+    train_ended()
+    if args.exit:
+        sys.exit(0)
+
+def evaluate_and_print_results():
+    pass
+"""
+
+
+def running_megatron(monkeypatch, tmp_path, training_src: str) -> None:
+    """fake_megatron() whose training module has a source file, as an installed one does."""
+    fake_megatron(monkeypatch, training_src, GOOD_GLOBALS)
+    path = tmp_path / "training.py"
+    path.write_text(training_src)
+    sys.modules["megatron.training.training"].__file__ = str(path)
+
+
+def test_the_running_train_is_checked_as_patched(monkeypatch, tmp_path):
+    running_megatron(monkeypatch, tmp_path, PATCHED_TRAINING)
+    compat.check_running_train()
+
+
+@pytest.mark.parametrize("edit, message", [
+    # the end hook where GNU patch with fuzz put it on core 0.15: another function
+    (lambda t: t.replace("    train_ended()\n", "").replace("def evaluate_and_print_results():\n",
+                                                            "def evaluate_and_print_results():\n    train_ended()\n"),
+     "train() does not call train_ended() after its training loop"),
+    # the step counted before train_step(): Megatron-LM would log it under the number it passed
+    (lambda t: t.replace("        train_step(iteration=iteration)\n        iteration += 1\n",
+                         "        iteration += 1\n        train_step(iteration=iteration)\n"),
+     "train() does not count the step (iteration += 1) between train_step() and training_log()"),
+], ids=["end-hook-elsewhere", "step-counted-first"])
+def test_a_running_train_the_integration_cannot_serve_is_refused_before_installing(monkeypatch, tmp_path, edit, message):
+    from relax_straggler.integrations import megatron_lm
+
+    running_megatron(monkeypatch, tmp_path, edit(PATCHED_TRAINING))
+    monkeypatch.setattr(megatron_lm, "install", lambda *a, **k: pytest.fail("installed on a refused train()"))
+    with pytest.raises(RuntimeError, match=re.escape(message)) as error:
+        megatron_lm.train_started(types.SimpleNamespace(), [], None, None)
+    assert str(tmp_path / "training.py") in str(error.value)

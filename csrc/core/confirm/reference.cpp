@@ -141,11 +141,13 @@ inline __attribute__((always_inline)) void references_in(const double* ms, std::
 
 using RowsPath = void (*)(const double*, std::size_t, const std::int32_t*, std::size_t, bool, GroupReference*);
 
-// One function per instruction set. Four stages per vector below AVX-512 (sixteen 256-bit
-// registers: a 32-row network spills); with it eight, and its 32 registers hold the rows.
+// One function per instruction set. Two stages per vector on the base path (one SSE2 or
+// NEON register: vectors of four, split in two by the compiler, cost GCC four times the
+// compile time on these networks); four with AVX2 (sixteen 256-bit registers: a 32-row
+// network spills); eight with AVX-512, whose 32 registers hold the rows.
 void references_base(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
                      GroupReference* out) {
-  references_in<V4, M4>(ms, S, rows, take, exact, out);
+  references_in<V2, M2>(ms, S, rows, take, exact, out);
 }
 
 #if RS_ISA_PATHS

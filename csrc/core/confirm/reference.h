@@ -50,7 +50,7 @@ constexpr std::size_t kColumnSortRows = 32;
 // median, which fall and then rise over a sorted column, sorted by one bitonic merge: for
 // the few ranks of a pipeline stage this costs less than gathering each column and running
 // two selections on it. Compiled once per instruction set (core/simd.h: eight stages per
-// vector with AVX-512, else four), the widest this CPU has chosen at load time.
+// vector with AVX-512, four with AVX2, else two), the widest this CPU has chosen at load time.
 void references_of_rows(const double* ms, std::size_t S, const std::int32_t* rows, std::size_t take, bool exact,
                         GroupReference* out);
 

@@ -17,8 +17,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kMadToSigma = 1.4826;  // MAD of a normal distribution x 1.4826 = its sigma
 constexpr std::size_t kNoiseLanes = 8;  // noise rings per vector (F8)
 
-using M2 = long long __attribute__((vector_size(16)));
-
 // Whether any lane of m is non-zero: halves OR-ed down to 128 bits (a vector extract and
 // an OR per halving) where lane by lane it took an extract and an OR per lane.
 inline __attribute__((always_inline)) bool any_lane(const M2& m) { return (m[0] | m[1]) != 0; }
@@ -165,33 +163,70 @@ OutsidePath outside_path(Isa isa) {
 
 // The median of the first due[l] entries of each lane's ring (lane l of kNoiseLanes
 // interleaved rings of mem floats, +inf past the filled entries; due[l] 0: not wanted) into
-// median[l]: the rings sorted together by one network of N >= mem rows, padded with +inf.
-template <std::size_t N>
-RS_AVX2_CLONE void ring_medians_of(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+// median[l]: the rings sorted by one network of N >= mem rows, padded with +inf, W lanes at
+// a time (W the floats of V, I its integer vector).
+template <std::size_t N, class V, class I>
+inline __attribute__((always_inline)) void ring_medians_of(const float* block, std::size_t mem,
+                                                           const std::int32_t* due, float* median) {
+  constexpr std::size_t W = sizeof(V) / sizeof(float);
+  static_assert(kNoiseLanes % W == 0, "a vector holds a whole number of lanes");
   const float inf = std::numeric_limits<float>::infinity();
-  F8 v[N];
-  for (std::size_t i = 0; i < N; ++i) {
-    if (i < mem) {
-      std::memcpy(&v[i], block + i * kNoiseLanes, sizeof v[i]);
-    } else {
-      v[i] = F8{inf, inf, inf, inf, inf, inf, inf, inf};
+  for (std::size_t l0 = 0; l0 < kNoiseLanes; l0 += W) {
+    V v[N];
+    for (std::size_t i = 0; i < N; ++i) {
+      if (i < mem) {
+        std::memcpy(&v[i], block + i * kNoiseLanes + l0, sizeof v[i]);
+      } else {
+        v[i] = V{} + inf;
+      }
     }
+    sort_lanes<N, false>(v, I{} + static_cast<int>(opaque_zero()));
+    for (std::size_t l = 0; l < W; ++l) median[l0 + l] = v[static_cast<std::size_t>(due[l0 + l]) / 2][l];
   }
-  const int z = static_cast<int>(opaque_zero());
-  sort_lanes<N, false>(v, I8{z, z, z, z, z, z, z, z});
-  for (std::size_t l = 0; l < kNoiseLanes; ++l) median[l] = v[static_cast<std::size_t>(due[l]) / 2][l];
 }
 
-void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
-  if (mem <= 2) return ring_medians_of<2>(block, mem, due, median);
-  if (mem <= 4) return ring_medians_of<4>(block, mem, due, median);
-  if (mem <= 8) return ring_medians_of<8>(block, mem, due, median);
-  if (mem <= 16) return ring_medians_of<16>(block, mem, due, median);
-  if (mem <= 32) return ring_medians_of<32>(block, mem, due, median);
-  ring_medians_of<64>(block, mem, due, median);
+template <class V, class I>
+inline __attribute__((always_inline)) void ring_medians_in(const float* block, std::size_t mem,
+                                                           const std::int32_t* due, float* median) {
+  if (mem <= 2) return ring_medians_of<2, V, I>(block, mem, due, median);
+  if (mem <= 4) return ring_medians_of<4, V, I>(block, mem, due, median);
+  if (mem <= 8) return ring_medians_of<8, V, I>(block, mem, due, median);
+  if (mem <= 16) return ring_medians_of<16, V, I>(block, mem, due, median);
+  if (mem <= 32) return ring_medians_of<32, V, I>(block, mem, due, median);
+  ring_medians_of<64, V, I>(block, mem, due, median);
+}
+
+using MediansPath = void (*)(const float*, std::size_t, const std::int32_t*, float*);
+
+// One function per instruction set: eight lanes per vector with AVX2, else four (a vector
+// of eight floats split in two by the compiler costs GCC minutes on the 64-row network).
+void ring_medians_base(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+  ring_medians_in<F4, I4>(block, mem, due, median);
+}
+
+#if RS_ISA_PATHS
+RS_TARGET_AVX2 void ring_medians_avx2(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+  ring_medians_in<F8, I8>(block, mem, due, median);
+}
+#endif
+
+MediansPath medians_path(Isa isa) {
+#if RS_ISA_PATHS
+  if (isa != Isa::kBase) return ring_medians_avx2;
+#endif
+  (void)isa;
+  return ring_medians_base;
 }
 
 }  // namespace
+
+void ring_medians_on(Isa isa, const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+  if (!isa_available(isa)) {
+    throw std::invalid_argument("ring_medians_on: instruction set " + std::to_string(static_cast<int>(isa)) +
+                                " is not available on this CPU or build");
+  }
+  medians_path(isa)(block, mem, due, median);
+}
 
 std::size_t rows_outside_on(Isa isa, const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
                             const double* hi_ms, const double* lo_ms, std::int32_t* out) {
@@ -207,14 +242,20 @@ std::size_t rows_outside_on(Isa isa, const double* ms, std::size_t ranks, std::s
 // runs once when the library is loaded.
 extern "C" {
 static OutsidePath rs_resolve_rows_outside() { return outside_path(widest_isa()); }
+static MediansPath rs_resolve_ring_medians() { return medians_path(widest_isa()); }
 }
 std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
                          const double* hi_ms, const double* lo_ms, std::int32_t* out)
     __attribute__((ifunc("rs_resolve_rows_outside")));
+void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, float* median)
+    __attribute__((ifunc("rs_resolve_ring_medians")));
 #else
 std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
                          const double* hi_ms, const double* lo_ms, std::int32_t* out) {
   return rows_outside_base(ms, ranks, S, group, hi_ms, lo_ms, out);
+}
+void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, float* median) {
+  ring_medians_base(block, mem, due, median);
 }
 #endif
 

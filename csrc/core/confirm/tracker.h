@@ -192,4 +192,16 @@ std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, con
 std::size_t rows_outside_on(Isa isa, const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
                             const double* hi_ms, const double* lo_ms, std::int32_t* out);
 
+// The medians of the learned noise (ConfirmTracker::learn_noise): block holds 8
+// interleaved rings of mem floats (entry i of ring l at block[i * 8 + l], +inf where not
+// filled), 1 <= mem <= 64, and 0 <= due[l] <= mem; median[l] is the entry at index
+// due[l] / 2 of ring l's mem entries sorted ascending (meaningful where due[l] > 0, the
+// number of entries filled). Compiled once per instruction set (eight rings per vector
+// with AVX2, else four), the widest this CPU has chosen at load time.
+void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, float* median);
+
+// ring_medians on the path compiled for isa; every path gives the same medians. Throws
+// std::invalid_argument where isa_available(isa) is false.
+void ring_medians_on(Isa isa, const float* block, std::size_t mem, const std::int32_t* due, float* median);
+
 }  // namespace relax_straggler::core::confirm
