@@ -43,6 +43,7 @@ from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, all_stages, build_report, kernel_all_stages
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
+from relax_straggler.run_queue import RunQueueClock
 from relax_straggler.side_failure import SideFailure
 from relax_straggler.works import reason
 
@@ -153,6 +154,7 @@ class Analyzer:
             self._gather = LocalGather()
         # Per-op records for the live what-if; none (and no per-op row) unless asked for.
         self._ops = OpRecorder(self._timer, self._gather.rank, config.max_ops) if config.max_ops else NULL_OPS
+        self._run_queue = RunQueueClock()  # host contention of sampled steps
         # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
         self._kernels: Optional[KernelSource] = None
         if config.kernel_stats:
@@ -340,6 +342,7 @@ class Analyzer:
             if self._module_hooks is not None:
                 self._module_hooks.remove()
             self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
+            self._run_queue.close()
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.close())
             # The sinks get the bound less a reserve for the side group and the closables.
@@ -428,8 +431,10 @@ class Analyzer:
             log.warning("relax_straggler: the side group could not be released cleanly: %s", reason(exc))
 
     def _begin_step(self, step: int) -> None:
-        if self._timer.begin_step(step) and self._kernels is not None:
-            self._call_kernels(lambda source: source.begin_step(step))
+        if self._timer.begin_step(step):
+            self._run_queue.start()
+            if self._kernels is not None:
+                self._call_kernels(lambda source: source.begin_step(step))
 
     def _kernel_fields(self, step: int) -> Any:
         """The kernel fields of the sampled step that just ended, or None (not measured)."""
@@ -452,7 +457,7 @@ class Analyzer:
 
     def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
-                              self._hooks.forward_passes, kernel)
+                              self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms())
         request = None if self._gather.is_metrics_rank else self._gather.failure  # the metrics rank decides itself
         pending = self._gather.gather(row, self._ops.take_row(sample.step), sample.step, request)
         if pending is not None and self._pipeline is not None:
@@ -487,7 +492,7 @@ class Analyzer:
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
         kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
         verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
-                                       groups=report.groups, kernel=kernel)
+                                       groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms)
         report.metrics.update(verdict.metrics())
         if verdict.window is not None:
             report.metrics.update(verdict.window.metrics())

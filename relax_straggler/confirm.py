@@ -33,11 +33,19 @@ engine's rule (csrc/core/confirm/kernel_cause.h): ``device`` (its kernels ran lo
 its group's), ``host`` (its stream sat idle longer) or ``communication_link`` (its NCCL
 kernels ran longer while its peers' compute was normal); it stays ``compute`` where the
 records do not tell (not measured, or no field dominates), and the measured kernel times go
-to ``facts.kernel``. Not thread-safe: call update from one thread.
+to ``facts.kernel``. Given each rank's run-queue wait (``update(..., run_queue_ms=)``: how
+long its training thread waited for a CPU in the step, relax_straggler.run_queue), a
+``compute``, ``data``, ``communication_link`` or ``unknown`` cause becomes
+``host_contention`` first when the rank's wait beyond its group's explains at least half of
+the finding's excess (HOST_CONTENTION_SHARE; the median over the reports that agree with the
+finding, so one descheduled step does not decide it): its core was shared, the work did not
+grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Not thread-safe:
+call update from one thread.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -48,12 +56,19 @@ from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
 from relax_straggler.payload import KernelMatrix
+from relax_straggler.run_queue import beyond_group
 from relax_straggler.stages import WORKLOAD_STAGES
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
-CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host")
+CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention")
+# The causes run-queue evidence can overturn: what a slow rank's time looked like, not a
+# measurement of its device (kernel records) or a whole group (imbalance).
+_CONTENDABLE = frozenset(("compute", "communication_link", "data", "unknown"))
+# The share of a finding's excess the rank's extra run-queue wait must explain to name host
+# contention: the larger part of the time it lost was spent waiting for a CPU.
+HOST_CONTENTION_SHARE = 0.5
 
 # The engine's fields, in ConfirmConfig order.
 _ENGINE_FIELDS = ("relative_threshold", "absolute_ms_threshold", "min_impact", "noise_sigmas", "confirm_reports", "recover_reports",
@@ -156,6 +171,11 @@ class Facts:
     reports_seen: int
     window_votes: int  # the window ensemble's votes, 0 when it did not name the rank
     kernel: Optional[KernelFacts] = None  # kernel records of the stage, when given to update()
+    # The rank's training thread waiting for a CPU in the step (whole step, not the stage),
+    # when given to update(): latest report, and beyond its group's median of the others,
+    # median over the reports agreeing with the finding. NaN = not measured.
+    run_queue_ms: float = float("nan")
+    run_queue_excess_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -184,6 +204,8 @@ class Finding:
                 f"{self.ratio:.2f}x its group, {agree}")
         if self.facts.waiting_ranks:
             line += f"; ranks {', '.join(map(str, self.facts.waiting_ranks))} waited on it"
+        if self.facts.run_queue_excess_ms > 0:
+            line += f"; its thread waited {self.facts.run_queue_excess_ms:.1f} ms more for a CPU than its group's"
         return f"{line}; cause: {self.cause}"
 
 
@@ -246,12 +268,16 @@ class ConfirmedVerdict:
             self._window = WindowDetector(window=self.config.window_size, every=self.config.window_every,
                                           skip_reports=self.config.window_skip, config=self.config.window_config,
                                           rank_to_node=rank_to_node)
+        # Each report's run-queue wait beyond the group, per rank, for the reports a finding spans.
+        self._run_queue: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
-               workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None) -> VerdictResult:
+               workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None,
+               run_queue_ms: Optional[Sequence[float]] = None) -> VerdictResult:
         """Judges one report. kernel: the report's kernel records in the cells of `ms` (ms,
-        NaN = not measured; with a workload, per token as ms is) or None. Raises ValueError
-        naming the malformed input."""
+        NaN = not measured; with a workload, per token as ms is) or None. run_queue_ms: (ranks,)
+        each rank's training thread's wait for a CPU in the step, ms (NaN = not measured), or
+        None. Raises ValueError naming the malformed input."""
         ms = np.ascontiguousarray(ms, dtype=np.float64)
         stages = tuple(stages)
         if ms.ndim != 2 or ms.shape[1] != len(stages):
@@ -278,7 +304,9 @@ class ConfirmedVerdict:
                                             list(window_result.link_suspects))
         r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
         findings = tuple(_finding(f) for f in r.findings)
-        if kernel is not None:
+        if run_queue_ms is not None:
+            findings = self._with_run_queue(step, findings, run_queue_ms, group_list, ms.shape[0], r.reset)
+        if kernel is not None:  # refines what is still "compute"
             findings = tuple(_with_kernel_cause(f, kernel, stages, group_list) for f in findings)
         return VerdictResult(step=r.step, status=C.state_name(r.status), findings=findings,
                              unjudged_ranks=tuple(r.unjudged_ranks), reports=r.reports, reset=r.reset,
@@ -287,10 +315,36 @@ class ConfirmedVerdict:
     def reset(self) -> None:
         """Forgets every report (a new run)."""
         self._tracker.reset()
+        self._run_queue.clear()
         if self._window is not None:
             self._window = WindowDetector(window=self._window.window, every=self._window.every,
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
                                           rank_to_node=self._window.rank_to_node)
+
+
+    def _with_run_queue(self, step: int, findings: tuple[Finding, ...], run_queue_ms: Sequence[float],
+                        groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:
+        """The findings with their run-queue facts and, where the wait explains the excess,
+        the cause host_contention (HOST_CONTENTION_SHARE, the module's docstring)."""
+        wait = np.asarray(run_queue_ms, dtype=np.float64)
+        if wait.shape != (ranks,):
+            raise ValueError(f"step {step}: run_queue_ms has shape {wait.shape}, expected ({ranks},)")
+        if reset or (self._run_queue and self._run_queue[-1].shape != wait.shape):
+            self._run_queue.clear()
+        self._run_queue.append(beyond_group(wait, groups))
+        recent = np.array(self._run_queue)  # (reports, ranks), oldest first
+        out = []
+        for f in findings:
+            if f.rank < 0:
+                out.append(f)
+                continue
+            span = recent[-max(1, min(f.facts.reports_agreeing, len(recent))):, f.rank]
+            excess = float(np.median(span)) if np.isfinite(span).all() else float("nan")
+            facts = dataclasses.replace(f.facts, run_queue_ms=float(wait[f.rank]), run_queue_excess_ms=excess)
+            contended = (f.cause in _CONTENDABLE and excess > 0
+                         and excess >= HOST_CONTENTION_SHARE * f.facts.excess_ms)
+            out.append(dataclasses.replace(f, facts=facts, cause="host_contention" if contended else f.cause))
+        return tuple(out)
 
 
 def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float]) -> np.ndarray:

@@ -1,15 +1,17 @@
 """The fixed-shape per-rank payload gathered on every sampled step.
 
 One float64 row per rank:
-  [step, tokens, rank, comparable_count, group, forward_passes]
+  [step, tokens, rank, comparable_count, group, forward_passes, run_queue_ms]
   (device_ms, host_ms, waited_ms, calls) for every stage in STAGES order
   comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
   spanning every analyzed rank, in issue order (late-arrival evidence)
   (kernel_ms, idle_ms, nccl_ms) for every stage in STAGES order: what the kernel records of
   the stage's sections say (--straggler-kernel-stats, relax_straggler.kernel_evidence)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
-group given, forward passes not counted, no kernel records). forward_passes: the rank's training forward
-passes so far (a step-drift check: relax_straggler.report.drifted_ranks). Fixed size
+group given, forward passes not counted, no kernel records, no run-queue account). forward_passes: the
+rank's training forward passes so far (a step-drift check: relax_straggler.report.drifted_ranks);
+run_queue_ms: how long the rank's training thread waited for a CPU during the step
+(relax_straggler.run_queue, host contention). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
 
 The per-op row of the live what-if replay (below, `pack_ops`) travels appended to it in
@@ -25,7 +27,7 @@ import numpy as np
 
 from relax_straggler.stages import STAGES
 
-HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes")
+HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes", "run_queue_ms")
 FIELDS = ("device_ms", "host_ms", "waited_ms", "calls")
 MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
 # Per stage, from kernel records: compute (non-NCCL) kernels running, nothing running on the
@@ -51,14 +53,16 @@ class PendingRows(Protocol):
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
          waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
          group: Optional[int] = None, forward_passes: float = np.nan,
-         kernel: Optional[np.ndarray] = None) -> np.ndarray:
+         kernel: Optional[np.ndarray] = None, run_queue_ms: float = np.nan) -> np.ndarray:
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
-    forward passes so far, NaN when not counted; kernel: (len(STAGES), len(KERNEL_FIELDS))
+    forward passes so far, NaN when not counted; run_queue_ms: its training thread's wait for
+    a CPU during the step, NaN when not measured; kernel: (len(STAGES), len(KERNEL_FIELDS))
     ms from kernel records, None = not measured. Raises ValueError on a wrong kernel shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
-    row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes)
+    row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes,
+                 run_queue_ms)
     body = row[_H:_H + _BODY].reshape(len(STAGES), len(FIELDS))
     body[:, 0] = device_ms
     body[:, 1] = host_ms
@@ -101,7 +105,8 @@ class Gathered:
     """All ranks' rows of one sampled step, unpacked: (ranks,) or (ranks, stages) arrays,
     comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank,
     groups (ranks,) int64 comparison group ids, -1 where a rank gave none, forward_passes
-    (ranks,) float64, NaN where not counted."""
+    (ranks,) float64, NaN where not counted, run_queue_ms (ranks,) float64, NaN where not
+    measured."""
 
     steps: np.ndarray
     tokens: np.ndarray
@@ -113,6 +118,7 @@ class Gathered:
     comparable_ms: np.ndarray
     groups: np.ndarray
     forward_passes: np.ndarray
+    run_queue_ms: np.ndarray
     kernel: Optional[KernelMatrix] = None
 
     @property
@@ -138,13 +144,15 @@ def unpack(rows: np.ndarray) -> Gathered:
         comparable_ms=rows[:, _H + _BODY:_KERNEL_AT].copy(),
         groups=np.nan_to_num(rows[:, HEADER.index("group")], nan=-1.0).astype(np.int64),
         forward_passes=rows[:, HEADER.index("forward_passes")].copy(),
+        run_queue_ms=rows[:, HEADER.index("run_queue_ms")].copy(),
         kernel=KernelMatrix(kernel[:, :, 0].copy(), kernel[:, :, 1].copy(), kernel[:, :, 2].copy()),
     )
 
 
 def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
-                    forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None) -> np.ndarray:
-    """Packs a StageTimer StepSample (group, forward_passes, kernel: as in pack). When the collective layer timed collectives, the
+                    forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None,
+                    run_queue_ms: float = np.nan) -> np.ndarray:
+    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
     collective in flight and `communication/<op>` the summed durations per op."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
@@ -164,7 +172,7 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             waited[sid] = 0.0
             calls[sid] = n
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,
-                kernel)
+                kernel, run_queue_ms)
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on

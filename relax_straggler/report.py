@@ -72,6 +72,7 @@ class Report:
     groups: Optional[np.ndarray] = None  # (ranks,) comparison group ids when ranks were judged within groups
     verdict: Optional["VerdictResult"] = None  # the confirmed verdict after this report (live analyzer)
     kernel: Optional[KernelMatrix] = None  # (ranks, len(stages)) with --straggler-kernel-stats, judged like device_ms
+    run_queue_ms: Optional[np.ndarray] = None  # (ranks,) training thread's wait for a CPU in the step, NaN = not measured
 
     @property
     def num_ranks(self) -> int:
@@ -280,4 +281,5 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         comm_wait_ms=None if late is None else late.wait_ms,
         groups=groups,
         kernel=kernel,
+        run_queue_ms=np.where(mismatched | drifted, np.nan, gathered.run_queue_ms),
     )
