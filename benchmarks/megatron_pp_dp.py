@@ -10,8 +10,10 @@ on) and --straggler-interval 5, 150 steps (tests/python/workers/megatron_gpt_run
 
 Per run: the steps over 10 x the rank's median step after the analyzer's warm-up (any
 rank), the longest such ratio, the reports written, the ranks confirmed before and after
-the onset (and whether a rank of the other stage was ever confirmed), the side-group
-failures and the analyzer's warnings. docs/PERFORMANCE.md records the results.
+the onset (and whether a rank of the other stage was ever confirmed), the ranks confirmed
+with cause host_contention (4 ranks on 2 cores: a rank kept waiting for a CPU is really
+slower, and named so; counted apart), the side-group failures and the analyzer's warnings.
+docs/PERFORMANCE.md records the results.
 
     .venv/bin/python benchmarks/megatron_pp_dp.py [--runs 5] [--scenarios healthy stage0 stage1]
 """
@@ -54,8 +56,10 @@ def run(slow_rank: int, steps: int) -> dict:
     return {"ranks": ranks, "reports": reports, "wall_s": wall}
 
 
-def confirmed(report: dict) -> set[int]:
-    return {f["rank"] for f in report["verdict"]["findings"] if f["state"] == "straggler"}
+def confirmed(report: dict, contention: bool = False) -> set[int]:
+    """The ranks confirmed for host contention (contention) or for anything else."""
+    return {f["rank"] for f in report["verdict"]["findings"]
+            if f["state"] == "straggler" and (f["cause"] == "host_contention") == contention}
 
 
 def first_confirmations(reports: list[dict]) -> list[list]:
@@ -84,6 +88,7 @@ def summarize(result: dict, slow_rank: int) -> dict:
     return {"steps_over_10x_median": over, "longest_over_median": round(worst, 1), "reports": len(reports),
             "confirmed_before_onset": before, "confirmed_after_onset": after, "slowed_confirmed_at": first,
             "other_stage_confirmed": other_stage, "first_confirmations": first_confirmations(reports),
+            "host_contention_confirmed": sorted(set().union(*[confirmed(x, contention=True) for x in reports])),
             "side_group_failures": [r["failed"] for r in result["ranks"] if r["failed"]],
             "warnings": sum(len(r["warnings"]) for r in result["ranks"]), "wall_s": round(result["wall_s"], 1)}
 

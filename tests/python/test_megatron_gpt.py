@@ -47,10 +47,18 @@ def run(tmp_path_factory) -> Run:
     return Run(json.loads(out.read_text()))
 
 
+# 4 ranks share 2 cores (with whatever else the machine runs): a rank whose core the
+# scheduler keeps busy with others for a few reports is really slower, and the verdict says
+# so with cause host_contention (tests/python/test_run_queue.py). What this run injects is
+# work, so the claims below are about the findings of any other cause.
+CONTENTION = "host_contention"
+
+
 def findings(report: dict, state: str, stage: str = "") -> list[tuple[int, int, str]]:
-    """(rank, group, stage) of the report's findings in `state` (and `stage` if given)."""
+    """(rank, group, stage) of the report's findings in `state` (and `stage` if given), but
+    for host contention."""
     return [(f["rank"], f["group"], f["stage"]) for f in report["findings"]
-            if f["state"] == state and stage in ("", f["stage"])]
+            if f["state"] == state and stage in ("", f["stage"]) and f["cause"] != CONTENTION]
 
 
 def named(report: dict) -> tuple[int, str]:
@@ -58,9 +66,15 @@ def named(report: dict) -> tuple[int, str]:
     return report["verdict"]["straggler/verdict/rank"], report["verdict"]["straggler/verdict/stage"]
 
 
+def contended(report: dict) -> bool:
+    """Whether the headline finding is host contention."""
+    return report["verdict"]["straggler/verdict/cause"] == CONTENTION
+
+
 def describe(reports: list[dict]) -> list[tuple]:
     """Step, status and findings per report, for assertion messages."""
-    return [(r["step"], r["status"], [(f["rank"], f["stage"], f["state"]) for f in r["findings"]]) for r in reports]
+    return [(r["step"], r["status"], [(f["rank"], f["stage"], f["state"], f["cause"]) for f in r["findings"]])
+            for r in reports]
 
 
 def test_no_training_step_is_held(run):
@@ -81,7 +95,7 @@ def test_healthy_nobody_confirmed(run):
     healthy = run.reports_in(run.phase("healthy"))
     assert len(healthy) == 7
     for r in healthy:
-        assert named(r)[0] == -1 and findings(r, "straggler") == [], describe(healthy)
+        assert (named(r)[0] == -1 or contended(r)) and findings(r, "straggler") == [], describe(healthy)
         assert findings(r, "imbalance", "forward") == [], describe(healthy)
 
 
@@ -94,9 +108,10 @@ def test_one_slowed_rank_is_confirmed_in_its_stage_and_nobody_waiting_is_blamed(
     # Confirming takes 3 reports in a row, more where healthy ranks jitter (at most 8).
     first = next((i for i, r in enumerate(reports) if named(r) == (rank, "forward")), None)
     assert first is not None and first <= 7, describe(reports)
-    assert all(named(r) == (rank, "forward") for r in reports[first:]), describe(reports)
+    assert all(named(r) == (rank, "forward") or contended(r) for r in reports[first:]), describe(reports)
     for r in reports[first:]:
-        confirmed = [(f["rank"], f["group"], f["stage"], f["cause"]) for f in r["findings"] if f["state"] == "straggler"]
+        confirmed = [(f["rank"], f["group"], f["stage"], f["cause"]) for f in r["findings"]
+                     if f["state"] == "straggler" and f["cause"] != CONTENTION]
         assert confirmed == [(rank, run.stage_of[rank], "forward", "compute")], describe(reports)
     # Its pipeline peer waits in p2p, its data-parallel peer in the gradient all-reduce and
     # the other stage's second rank in that stage's all-reduce: none of them is confirmed,
@@ -106,7 +121,7 @@ def test_one_slowed_rank_is_confirmed_in_its_stage_and_nobody_waiting_is_blamed(
         assert {f[0] for f in findings(r, "straggler")} <= {rank}, describe(watched)
         assert findings(r, "imbalance", "forward") == [], describe(watched)
     last = watched[-1]  # recovered: 3 calm reports (the median of 8 for a window finding)
-    assert named(last)[0] == -1 and findings(last, "straggler") == [], describe(watched)
+    assert (named(last)[0] == -1 or contended(last)) and findings(last, "straggler") == [], describe(watched)
 
 
 def test_a_whole_slowed_stage_is_imbalance_not_a_straggler(run):
@@ -116,7 +131,7 @@ def test_a_whole_slowed_stage_is_imbalance_not_a_straggler(run):
     first = next((i for i, r in enumerate(reports) if findings(r, "imbalance", "forward")), None)
     assert first is not None and first <= 4, describe(reports)  # 3 reports in a row confirm it
     for r in reports[first:]:
-        assert r["status"] == "imbalance" and named(r) == (-1, "forward"), describe(reports)
+        assert (r["status"] == "imbalance" and named(r) == (-1, "forward")) or contended(r), describe(reports)
         assert findings(r, "imbalance", "forward") == [(-1, 1, "forward")], describe(reports)
     for r in reports:
         assert findings(r, "straggler") == [], describe(reports)

@@ -42,6 +42,8 @@ def test_no_training_step_is_held_and_the_side_group_never_fails(run):
 def test_every_sampled_step_is_reported_and_nobody_is_confirmed(run):
     _, reports = run
     assert [r["step"] for r in reports] == list(range(WARMUP, STEPS, INTERVAL))
-    confirmed = [(r["step"], f["rank"], f["stage"]) for r in reports for f in r["verdict"]["findings"]
-                 if f["state"] == "straggler"]
+    # 4 ranks share 2 cores: a rank the scheduler keeps waiting for a CPU is really slower,
+    # named as host contention (tests/python/test_run_queue.py); nothing else is slow here.
+    confirmed = [(r["step"], f["rank"], f["stage"], f["cause"]) for r in reports for f in r["verdict"]["findings"]
+                 if f["state"] == "straggler" and f["cause"] != "host_contention"]
     assert confirmed == []
