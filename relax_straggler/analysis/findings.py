@@ -159,7 +159,7 @@ def _limitations(result: RunResult) -> tuple[str, ...]:
     if topo is not None:
         if result.source.topology() is None:
             out.append("no parallel layout in the input: every rank is compared with every other as a data-parallel "
-                       "peer; give --dp/--pp/--tp for pipeline and structural analysis")
+                       "peer; give --dp/--pp/--tp/--dsp for pipeline and structural analysis")
         if topo.dp == 1:
             out.append("dp = 1: no replica to compare a worker with, so a slow worker cannot be told from a slow "
                        "pipeline stage (reported as structural)")
@@ -180,17 +180,15 @@ def _limitations(result: RunResult) -> tuple[str, ...]:
 
 # Fewer steps than this leave persistence meaningless (one step is "1 of 1").
 MIN_STEPS = 3
-# Beyond this fraction of rejected records the rows left cannot stand for the run.
-MAX_REJECTED_FRACTION = 0.5
 
 
 def _unusable(result: RunResult) -> Optional[Verdict]:
-    """An inconclusive verdict when the input cannot support one (the CLI exits 1), else None."""
-    records, rejected = result.source.records, result.source.problems.total
-    if records and rejected > MAX_REJECTED_FRACTION * records:
-        return Verdict("inconclusive", f"{rejected} of {records} records were rejected (see input.problems): fix "
-                                       "the input or the --dp/--pp/--tp flags before reading a verdict",
-                       "rejected_input")
+    """An inconclusive verdict when the input cannot support one (the CLI exits 1), else None:
+    too much of it skipped (readers/base.py Problems.unusable), or too few steps."""
+    why = result.source.problems.unusable(result.source.records)
+    if why is not None:
+        return Verdict("inconclusive", f"{why} (see input.problems): fix the input or the layout flags "
+                                       "(--dp/--pp/--tp/--dsp, --meta) before reading a verdict", "rejected_input")
     if result.topology is not None and result.steps < MIN_STEPS:
         return Verdict("inconclusive", f"only {result.steps} step(s): a persistent finding needs at least {MIN_STEPS}",
                        "too_few_steps")
@@ -244,8 +242,7 @@ def _input(result: RunResult) -> InputFacts:
         topology=None if topo is None else {**topo.facts(), "declared": src.topology() is not None},
         median_step_ms=float(np.median(result.step_ms)) if result.step_ms.size else None,
         per_token=result.per_token,
-        problems={"total": src.problems.total, "by_kind": dict(src.problems.counts),
-                  "first": [str(p) for p in src.problems.kept[:20]]},
+        problems=src.problems.facts(src.records),
         excluded_ops=dict(names.excluded) if names is not None else {},
         unknown_ops=dict(names.unknown) if names is not None else {},
     )

@@ -17,7 +17,8 @@ from relax_straggler.analysis.ensemble import EnsembleVotes
 
 @dataclass(frozen=True)
 class InputFacts:
-    """What was read. problems: {"total", "by_kind", "first"}; topology: {"dp", "pp", "tp",
+    """What was read. problems: readers.Problems.facts (total, by_kind, first, records,
+    records_skipped, steps_listed, steps_lost); topology: {"dp", "pp", "tp",
     "dsp", "vpp", "world_size", "ranks_per_node", "declared", "rank_order" (megatron: the
     default rank formula; recorded: each rank placed by its records)} or None (min/max-only
     input); excluded_ops,

@@ -4,7 +4,7 @@ The record is the authority on which worker (dp_rank, stage) a rank belongs to; 
 formula of relax_straggler.topology (Megatron's default order) is used when it agrees with
 every record, because it also names the ranks the trace did not record. When it does not
 (another rank order, context / sequence-data parallel ranks numbered differently), the
-layout is the table the records give. A declared layout (--dp/--pp/--tp, meta file) bounds
+layout is the table the records give. A declared layout (--dp/--pp/--tp/--dsp, meta file) bounds
 the ids; a record outside it is a contradiction the reader reports with its row.
 """
 

@@ -80,7 +80,7 @@ class OpNames:
             self._cache[name] = timer_target(name)
             if self._cache[name] is None:
                 self._problems.report(line, f"unknown op name {name!r} (not a Megatron timer name; "
-                                            "see docs/ANALYZE.md for the mapping)", kind="unknown_op")
+                                            "see docs/ANALYZE.md for the mapping)", kind="unknown_op", skipped=0)
         target = self._cache[name]
         if target is None:
             self.unknown[name] = self.unknown.get(name, 0) + rows

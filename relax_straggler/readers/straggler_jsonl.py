@@ -3,9 +3,9 @@
 optionally "tokens" (per rank). Read line by line.
 
 Line problems (reported with the line number, the line skipped): invalid JSON (or nested
-too deep), missing or mistyped fields, a step outside
-int64, stage names outside the closed set, a device_ms row of the wrong length, negative
-or non-finite times and tokens, a step number seen before.
+too deep), missing or mistyped fields, a step outside int64, stage names outside the
+closed set, a device_ms row of the wrong length, times that are negative, not finite or
+beyond MAX_TIME_MS, tokens negative or not finite, a step number seen before.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import (MAX_STEP, InputError, Problems, StepTimes, empty_stage_row, finite_number,
-                                          parse_json_int, short_repr)
+from relax_straggler.readers.base import (MAX_STEP, MAX_TIME_MS, InputError, Problems, StepTimes, empty_stage_row,
+                                          finite_number, parse_json_int, short_repr)
 from relax_straggler.topology import Topology
 from relax_straggler.stages import STAGE_IDS
 
@@ -28,7 +28,7 @@ class StragglerJsonlReader:
     def __init__(self, path: str, problems: Problems, topology: Optional[Topology] = None,
                  meta: Optional[str] = None) -> None:
         if meta is not None:
-            raise InputError(f"{path}: --meta applies to trace files; give --dp/--pp/--tp for straggler.jsonl")
+            raise InputError(f"{path}: --meta applies to trace files; give --dp/--pp/--tp/--dsp for straggler.jsonl")
         self.path = path
         self.problems = problems
         self._topology = topology
@@ -103,8 +103,9 @@ class StragglerJsonlReader:
                 if x is None:
                     continue
                 t = finite_number(x)
-                if t is None or t < 0:
-                    self.problems.report(line, f"device_ms[{r}]: {short_repr(x)} is not a time >= 0 ms", "bad_value")
+                if t is None or not 0 <= t <= MAX_TIME_MS:
+                    self.problems.report(line, f"device_ms[{r}]: {short_repr(x)} is not a number of ms in "
+                                         f"[0, {MAX_TIME_MS:g}]", "bad_value")
                     return None
                 ms[r, c] = t
         tokens = rec.get("tokens")

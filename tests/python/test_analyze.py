@@ -124,11 +124,13 @@ def test_cli_errors_are_one_line_without_traceback(args, code, message, capsys):
 
 def test_cli_strict_stops_at_the_first_bad_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
-    path.write_text(open(fixture("straggler.jsonl")).read() + "{oops\n")
+    lines = open(fixture("straggler.jsonl")).read().splitlines()
+    lines += [lines[-1].replace('"step": 40,', f'"step": {step},') for step in (50, 60, 70, 80, 90)]
+    path.write_text("\n".join(lines) + "\n{oops\n")  # 1 of 11 lines: below the tenth that leaves no verdict
     assert main(["analyze", str(path), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["input"]["problems"]["total"] == 1
     assert main(["analyze", str(path), "--strict"]) == 1
-    assert f"{path}:6:" in capsys.readouterr().err
+    assert f"{path}:11:" in capsys.readouterr().err
 
 
 def test_cli_unreadable_file(tmp_path, capsys):
