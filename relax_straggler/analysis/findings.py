@@ -5,7 +5,6 @@ verdict; per-rank scores; what the input cannot conclude.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Optional
 
@@ -15,7 +14,7 @@ from relax_straggler.analysis.engine import COLLECTIVE_STAGES, COMPUTE_STAGES, R
 from relax_straggler.analysis.ensemble import EnsembleVotes
 from relax_straggler.analysis.minmax import LIMITATIONS as MINMAX_LIMITATIONS
 from relax_straggler.analysis.result import (Analysis, Anomaly, BaselineOutlier, InputFacts, Jump, LateArrivalCount,
-                                             PipelineEvidence, RankScore, StageDetail, Verdict)
+                                             PipelineEvidence, RankScores, StageDetail, Verdict)
 from relax_straggler.stages import STAGES
 from relax_straggler.topology import Topology
 
@@ -136,21 +135,17 @@ def _ensemble_lines(ranks: list[int], ensemble: Optional[EnsembleVotes]) -> list
             for r, v in voted.items()]
 
 
-def _per_rank(result: RunResult) -> tuple[RankScore, ...]:
-    """Finite values only (built for speed: 16,384 ranks are common)."""
+def _per_rank(result: RunResult) -> RankScores:
+    """The recorded ranks' scores, as columns (no object per rank)."""
     topo, stats = result.topology, result.stats
     ranks = np.flatnonzero(result.seen_ranks)
-    mean_ms, slowdown = stats.mean_ms()[ranks].tolist(), stats.mean_slowdown()[ranks].tolist()
-    total = stats.mean_total_slowdown()[ranks].tolist()
-    dp, pp, tp = (c.tolist() for c in topo.coords(ranks))
-    finite = math.isfinite
-    out = []
-    for i, r in enumerate(ranks.tolist()):
-        sd = {s: x for s, x in zip(COMPUTE_STAGES, slowdown[i]) if finite(x)}
-        overall = total[i] if finite(total[i]) and total[i] > 0 else 1.0
-        out.append(RankScore(r, dp[i], pp[i], tp[i], topo.node_of(r), min(1.0, 1.0 / overall), overall, sd,
-                             {s: x for s, x in zip(STAGES, mean_ms[i]) if finite(x)}))
-    return tuple(out)
+    total = stats.mean_total_slowdown()[ranks]
+    overall = np.where(np.isfinite(total) & (total > 0), total, 1.0)
+    dp, pp, tp = topo.coords(ranks)
+    node = ranks // topo.ranks_per_node if topo.ranks_per_node is not None else np.full(ranks.size, -1)
+    return RankScores(ranks.astype(np.int64), dp.astype(np.int64), pp.astype(np.int64), tp.astype(np.int64),
+                      node.astype(np.int64), np.minimum(1.0, 1.0 / overall), overall, stats.mean_slowdown()[ranks],
+                      stats.mean_ms()[ranks], COMPUTE_STAGES, STAGES)
 
 
 def _limitations(result: RunResult) -> tuple[str, ...]:
@@ -256,7 +251,7 @@ def build_analysis(result: RunResult) -> Analysis:
     transient: list[Anomaly] = []
     pipeline = PipelineEvidence()
     late: list[LateArrivalCount] = []
-    per_rank: tuple[RankScore, ...] = ()
+    per_rank = RankScores.empty(COMPUTE_STAGES, STAGES)
     if result.run is not None:
         workers = _Workers(result.topology, result.seen_ranks)
         anomalies = _group([f for f in result.run.findings if f.persistent], workers, result)

@@ -75,7 +75,7 @@ def render(summary: dict, console: Console) -> None:
 
     ranked = sorted(summary["per_rank"], key=lambda r: r["score"])[:TOP_RANKS]
     if ranked:
-        table = Table(title=f"Slowest ranks (of {len(summary['per_rank'])})", title_justify="left")
+        table = Table(title=f"Slowest ranks (of {inp['ranks']})", title_justify="left")
         for col in ("rank", "dp", "pp", "tp", "node", "score", "compute", "worst stage"):
             table.add_column(col, justify="left" if col == "worst stage" else "right")
         for r in ranked:

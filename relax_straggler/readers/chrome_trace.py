@@ -32,7 +32,7 @@ import numpy as np
 
 from relax_straggler.readers.base import (MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes,
                                           check_dense, finite_number, parse_json_int)
-from relax_straggler.readers.op_records import OpCollector, OpRecords
+from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology, make_layout
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
@@ -235,7 +235,7 @@ class ChromeTraceReader:
         self.path = path
         self.problems = problems
         self._ops = OpCollector() if ops else None
-        self._placement: dict[int, tuple[int, int, int]] = {}
+        self._placement = Placement.empty()
         meta = meta or meta_path_for(path)
         self._topology = topology or (load_meta(meta) if meta else None)
         self._stream = _EventStream(path, problems)
@@ -279,12 +279,16 @@ class ChromeTraceReader:
                 self._add(batch, acc, dups)
                 batch = []
         self._add(batch, acc, dups)
-        if not acc.keys():
+        if not acc.keys().size:
             raise InputError(f"{self.path}: no usable complete ('X') events")
-        summed = set(acc.keys())
+        summed = set(acc.keys().tolist())
         ranks = self._lane_ranks(sorted(summed | self._op_lanes), lanes, acc.num_steps)
-        self._placement = {k: (k // _LANE_BASE, lanes[divmod(k, _LANE_BASE)][0], r) for k, r in ranks.items()}
-        yield from acc.steps({k: r for k, r in ranks.items() if k in summed})
+        placed = np.array(list(ranks), dtype=np.int64)
+        self._placement = Placement(placed, placed // _LANE_BASE,
+                                    np.array([lanes[divmod(k, _LANE_BASE)][0] for k in ranks], dtype=np.int64),
+                                    np.array(list(ranks.values()), dtype=np.int64))
+        kept = [k for k in ranks if k in summed]
+        yield from acc.steps(np.array(kept, dtype=np.int64), np.array([ranks[k] for k in kept], dtype=np.int64))
 
     def _name_lane(self, line: int, index: int, ev: dict, lanes: dict[tuple[int, int], tuple[int, int, int]]) -> None:
         """Records a thread_name event's (PP, TP, DSP) ranks of its lane; reports a malformed one."""

@@ -213,3 +213,27 @@ def test_analysis_runs_without_importing_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["verdict"]
+
+
+def test_a_wide_job_costs_numbers_per_rank_not_kilobytes_of_objects(tmp_path, monkeypatch):
+    # 20,000 ranks x 4 steps through `analyze --format json`: reading, analysis, per-rank scores
+    # and the JSON text peaked at 3.8 KB a rank (Python allocations; the indented JSON built
+    # whole, a score object and an entry dict per rank), about 1 KB since.
+    import tracemalloc
+
+    ranks, rng = 20_000, np.random.default_rng(2)
+    path = tmp_path / "wide.jsonl"
+    with open(path, "w") as f:
+        for step in range(4):
+            device = np.round(rng.uniform(90, 110, (ranks, 2)), 1).tolist()
+            f.write(json.dumps({"step": step, "stages": ["forward", "backward"], "device_ms": device}) + "\n")
+    out = open(os.devnull, "w")
+    monkeypatch.setattr("sys.stdout", out)
+    tracemalloc.start()
+    try:
+        assert main(["analyze", str(path), "--format", "json", "--no-progress"]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        out.close()
+    assert peak / ranks < 1800, f"{peak / ranks:.0f} bytes a rank"
