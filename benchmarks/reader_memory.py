@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import re
 import subprocess
 import sys
@@ -53,7 +52,8 @@ STEPS = 3
 # The command, writing its peak resident set (VmHWM: this process's own, unlike a child's
 # ru_maxrss, which counts the pages a fork shared with the parent) on stderr as it exits.
 CLI = ("import atexit, sys\n"
-       "atexit.register(lambda: sys.stderr.write(next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))))\n"
+       "hwm = lambda: next(l for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+       "atexit.register(lambda: sys.stderr.write(hwm()))\n"
        "from relax_straggler.cli import main\n"
        "sys.exit(main())")
 

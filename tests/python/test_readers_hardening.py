@@ -265,8 +265,9 @@ def _near_limit(fmt: str, path) -> None:
     else:
         events = [{"ph": "M", "name": "thread_name", "pid": r, "tid": 0, "args": {"name": "PP rank 0, TP rank 0"}}
                   for r in range(4)]
-        events += [{"ph": "X", "name": f"{name}-compute", "pid": r, "tid": 0, "ts": 1e6 * s, "dur": ms(s, r, name) * 1e3,
-                    "args": {"step": s}} for s in range(4) for r in range(4) for name in ("forward", "backward")]
+        events += [{"ph": "X", "name": f"{name}-compute", "pid": r, "tid": 0, "ts": 1e6 * s,
+                    "dur": ms(s, r, name) * 1e3, "args": {"step": s}}
+                   for s in range(4) for r in range(4) for name in ("forward", "backward")]
         path.write_text(json.dumps(events))
 
 
