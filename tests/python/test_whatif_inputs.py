@@ -91,7 +91,8 @@ def test_ar_heatmap_slow_worker_is_the_hottest_compute_cell(tmp_path, capsys):
 @pytest.mark.parametrize("sizes", ["dp_size: 1\npp_size: 4\ntp_size: 2\n",  # ST is dp 2 x pp 4 x tp 1
                                    "dp_size: 2\npp_size: 2\ntp_size: 2\n"])
 def test_whatif_refuses_a_meta_file_that_contradicts_the_trace(tmp_path, capsys, sizes):
-    # Half of ST's rows fall outside such a layout: the rest replay to S 1.49, not ST's 1.18.
+    # Half of ST's rows fall outside either layout; the rest replayed to S 1.18 with "126 % given
+    # back" under the first, to S 1.49 (ST's is 1.18) under the second.
     path = tmp_path / "trace-ST.parquet"
     shutil.copy(DATA / "trace-ST.parquet", path)
     (tmp_path / "meta-ST.yaml").write_text(sizes)
