@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -66,14 +67,15 @@ void bind_ingest(py::module_& m) {
       .def(
           "take_issues",
           [](ig::TimerLogScanner& s) {
-            std::vector<std::pair<std::int64_t, std::string>> out;
-            for (auto& i : s.take_issues()) out.emplace_back(i.line, std::move(i.message));
+            std::vector<std::tuple<std::int64_t, std::string, std::int64_t>> out;
+            for (auto& i : s.take_issues()) out.emplace_back(i.line, std::move(i.message), i.rejected);
             return out;
           },
-          "(line, message) pairs found since the last call.")
+          "(line, message, timer values skipped) of the issues found since the last call.")
       .def_property_readonly("arguments", &ig::TimerLogScanner::arguments)
       .def_property_readonly("lines", &ig::TimerLogScanner::lines)
-      .def_property_readonly("values", &ig::TimerLogScanner::values);
+      .def_property_readonly("values", &ig::TimerLogScanner::values, "Timer values accepted so far.")
+      .def_property_readonly("rejected", &ig::TimerLogScanner::rejected, "Timer values skipped by an issue so far.");
 }
 
 }  // namespace relax_straggler::python

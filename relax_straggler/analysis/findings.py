@@ -5,7 +5,6 @@ verdict; per-rank scores; what the input cannot conclude.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Optional
 
@@ -15,7 +14,7 @@ from relax_straggler.analysis.engine import COLLECTIVE_STAGES, COMPUTE_STAGES, R
 from relax_straggler.analysis.ensemble import EnsembleVotes
 from relax_straggler.analysis.minmax import LIMITATIONS as MINMAX_LIMITATIONS
 from relax_straggler.analysis.result import (Analysis, Anomaly, BaselineOutlier, InputFacts, Jump, LateArrivalCount,
-                                             PipelineEvidence, RankScore, StageDetail, Verdict)
+                                             PipelineEvidence, RankScores, StageDetail, Verdict)
 from relax_straggler.stages import STAGES
 from relax_straggler.topology import Topology
 
@@ -136,21 +135,17 @@ def _ensemble_lines(ranks: list[int], ensemble: Optional[EnsembleVotes]) -> list
             for r, v in voted.items()]
 
 
-def _per_rank(result: RunResult) -> tuple[RankScore, ...]:
-    """Finite values only (built for speed: 16,384 ranks are common)."""
+def _per_rank(result: RunResult) -> RankScores:
+    """The recorded ranks' scores, as columns (no object per rank)."""
     topo, stats = result.topology, result.stats
     ranks = np.flatnonzero(result.seen_ranks)
-    mean_ms, slowdown = stats.mean_ms()[ranks].tolist(), stats.mean_slowdown()[ranks].tolist()
-    total = stats.mean_total_slowdown()[ranks].tolist()
-    dp, pp, tp = (c.tolist() for c in topo.coords(ranks))
-    finite = math.isfinite
-    out = []
-    for i, r in enumerate(ranks.tolist()):
-        sd = {s: x for s, x in zip(COMPUTE_STAGES, slowdown[i]) if finite(x)}
-        overall = total[i] if finite(total[i]) and total[i] > 0 else 1.0
-        out.append(RankScore(r, dp[i], pp[i], tp[i], topo.node_of(r), min(1.0, 1.0 / overall), overall, sd,
-                             {s: x for s, x in zip(STAGES, mean_ms[i]) if finite(x)}))
-    return tuple(out)
+    total = stats.mean_total_slowdown()[ranks]
+    overall = np.where(np.isfinite(total) & (total > 0), total, 1.0)
+    dp, pp, tp = topo.coords(ranks)
+    node = ranks // topo.ranks_per_node if topo.ranks_per_node is not None else np.full(ranks.size, -1)
+    return RankScores(ranks.astype(np.int64), dp.astype(np.int64), pp.astype(np.int64), tp.astype(np.int64),
+                      node.astype(np.int64), np.minimum(1.0, 1.0 / overall), overall, stats.mean_slowdown()[ranks],
+                      stats.mean_ms()[ranks], COMPUTE_STAGES, STAGES)
 
 
 def _limitations(result: RunResult) -> tuple[str, ...]:
@@ -159,7 +154,7 @@ def _limitations(result: RunResult) -> tuple[str, ...]:
     if topo is not None:
         if result.source.topology() is None:
             out.append("no parallel layout in the input: every rank is compared with every other as a data-parallel "
-                       "peer; give --dp/--pp/--tp for pipeline and structural analysis")
+                       "peer; give --dp/--pp/--tp/--dsp for pipeline and structural analysis")
         if topo.dp == 1:
             out.append("dp = 1: no replica to compare a worker with, so a slow worker cannot be told from a slow "
                        "pipeline stage (reported as structural)")
@@ -180,17 +175,15 @@ def _limitations(result: RunResult) -> tuple[str, ...]:
 
 # Fewer steps than this leave persistence meaningless (one step is "1 of 1").
 MIN_STEPS = 3
-# Beyond this fraction of rejected records the rows left cannot stand for the run.
-MAX_REJECTED_FRACTION = 0.5
 
 
 def _unusable(result: RunResult) -> Optional[Verdict]:
-    """An inconclusive verdict when the input cannot support one (the CLI exits 1), else None."""
-    records, rejected = result.source.records, result.source.problems.total
-    if records and rejected > MAX_REJECTED_FRACTION * records:
-        return Verdict("inconclusive", f"{rejected} of {records} records were rejected (see input.problems): fix "
-                                       "the input or the --dp/--pp/--tp flags before reading a verdict",
-                       "rejected_input")
+    """An inconclusive verdict when the input cannot support one (the CLI exits 1), else None:
+    too much of it skipped (readers/base.py Problems.unusable), or too few steps."""
+    why = result.source.problems.unusable(result.source.records)
+    if why is not None:
+        return Verdict("inconclusive", f"{why} (see input.problems): fix the input or the layout flags "
+                                       "(--dp/--pp/--tp/--dsp, --meta) before reading a verdict", "rejected_input")
     if result.topology is not None and result.steps < MIN_STEPS:
         return Verdict("inconclusive", f"only {result.steps} step(s): a persistent finding needs at least {MIN_STEPS}",
                        "too_few_steps")
@@ -244,8 +237,7 @@ def _input(result: RunResult) -> InputFacts:
         topology=None if topo is None else {**topo.facts(), "declared": src.topology() is not None},
         median_step_ms=float(np.median(result.step_ms)) if result.step_ms.size else None,
         per_token=result.per_token,
-        problems={"total": src.problems.total, "by_kind": dict(src.problems.counts),
-                  "first": [str(p) for p in src.problems.kept[:20]]},
+        problems=src.problems.facts(src.records),
         excluded_ops=dict(names.excluded) if names is not None else {},
         unknown_ops=dict(names.unknown) if names is not None else {},
     )
@@ -259,7 +251,7 @@ def build_analysis(result: RunResult) -> Analysis:
     transient: list[Anomaly] = []
     pipeline = PipelineEvidence()
     late: list[LateArrivalCount] = []
-    per_rank: tuple[RankScore, ...] = ()
+    per_rank = RankScores.empty(COMPUTE_STAGES, STAGES)
     if result.run is not None:
         workers = _Workers(result.topology, result.seen_ranks)
         anomalies = _group([f for f in result.run.findings if f.persistent], workers, result)

@@ -8,8 +8,11 @@ are separate fields.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+
+import numpy as np
 
 from relax_straggler.analysis.confirmed import ConfirmedSummary
 from relax_straggler.analysis.ensemble import EnsembleVotes
@@ -17,7 +20,8 @@ from relax_straggler.analysis.ensemble import EnsembleVotes
 
 @dataclass(frozen=True)
 class InputFacts:
-    """What was read. problems: {"total", "by_kind", "first"}; topology: {"dp", "pp", "tp",
+    """What was read. problems: readers.Problems.facts (total, by_kind, first, records,
+    records_skipped, steps_listed, steps_lost); topology: {"dp", "pp", "tp",
     "dsp", "vpp", "world_size", "ranks_per_node", "declared", "rank_order" (megatron: the
     default rank formula; recorded: each rank placed by its records)} or None (min/max-only
     input); excluded_ops,
@@ -142,6 +146,63 @@ class RankScore:
 
 
 @dataclass(frozen=True)
+class RankScores:
+    """The RankScore of every recorded rank, kept as columns: O(ranks x stages) numbers and
+    no object per rank until one is asked for (a job's logs may hold a million ranks).
+
+    rank, dp_rank, pp_rank, tp_rank: (ranks,) int64, rank ascending; node: (ranks,) int64,
+    -1 where nodes are not named; score, compute_slowdown: (ranks,); slowdown: (ranks,
+    len(compute_stages)) and mean_ms: (ranks, len(stages)), NaN where not measured.
+    Indexing and iteration give RankScores."""
+
+    rank: np.ndarray
+    dp_rank: np.ndarray
+    pp_rank: np.ndarray
+    tp_rank: np.ndarray
+    node: np.ndarray
+    score: np.ndarray
+    compute_slowdown: np.ndarray
+    slowdown: np.ndarray
+    mean_ms: np.ndarray
+    compute_stages: tuple[str, ...]
+    stages: tuple[str, ...]
+
+    @staticmethod
+    def empty(compute_stages: tuple[str, ...], stages: tuple[str, ...]) -> "RankScores":
+        ints, floats = np.zeros(0, np.int64), np.zeros(0)
+        return RankScores(ints, ints, ints, ints, ints, floats, floats, np.zeros((0, len(compute_stages))),
+                          np.zeros((0, len(stages))), compute_stages, stages)
+
+    def __len__(self) -> int:
+        return int(self.rank.size)
+
+    def __getitem__(self, i: int) -> RankScore:
+        node = int(self.node[i])
+        return RankScore(int(self.rank[i]), int(self.dp_rank[i]), int(self.pp_rank[i]), int(self.tp_rank[i]),
+                         None if node < 0 else node, float(self.score[i]), float(self.compute_slowdown[i]),
+                         _finite(self.compute_stages, self.slowdown[i]), _finite(self.stages, self.mean_ms[i]))
+
+    def __iter__(self) -> Iterator[RankScore]:
+        return (self[i] for i in range(len(self)))
+
+    def slowest(self, n: int) -> "RankScores":
+        """The n entries of lowest score (the lower rank first on a tie), rank ascending."""
+        keep = np.sort(np.argsort(self.score, kind="stable")[:n])
+        return RankScores(self.rank[keep], self.dp_rank[keep], self.pp_rank[keep], self.tp_rank[keep],
+                          self.node[keep], self.score[keep], self.compute_slowdown[keep], self.slowdown[keep],
+                          self.mean_ms[keep], self.compute_stages, self.stages)
+
+    def find(self, rank: int) -> Optional[RankScore]:
+        """The entry of `rank`, or None when the input did not record it."""
+        i = int(np.searchsorted(self.rank, rank))
+        return self[i] if i < self.rank.size and self.rank[i] == rank else None
+
+
+def _finite(names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    return {n: x for n, x in zip(names, values.tolist()) if math.isfinite(x)}
+
+
+@dataclass(frozen=True)
 class Analysis:
     """The whole answer. anomalies: persistent findings, most steps first; transient: the
     others; min_max: {"steps", "stages"} of min/max-only logs or None; limitations: what this
@@ -153,7 +214,7 @@ class Analysis:
     transient: tuple[Anomaly, ...]
     pipeline: PipelineEvidence
     late_arrivals: tuple[LateArrivalCount, ...]
-    per_rank: tuple[RankScore, ...]
+    per_rank: RankScores
     ensemble: Optional[EnsembleVotes]
     confirmed: Optional[ConfirmedSummary]  # the live analyzer's confirmed verdict over the steps
     min_max: Optional[dict[str, Any]]
@@ -161,4 +222,4 @@ class Analysis:
 
     def rank_score(self, rank: int) -> Optional[RankScore]:
         """The per-rank entry of `rank`, or None when the input did not record it."""
-        return next((r for r in self.per_rank if r.rank == rank), None)
+        return self.per_rank.find(rank)

@@ -7,6 +7,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from relax_straggler.analysis.findings import format_ranks
+from relax_straggler.readers.base import problems_line
 
 TOP_RANKS = 10
 STATUS_STYLE = {"stragglers": "bold red", "imbalance": "bold yellow", "clean": "bold green", "inconclusive": "bold"}
@@ -46,8 +47,7 @@ def render(summary: dict, console: Console) -> None:
         head.add_row("step time", f"{_ms(inp['median_step_ms'])} ms (median)")
     problems = inp["problems"]
     if problems["total"]:
-        kinds = ", ".join(f"{k} {v}" for k, v in problems["by_kind"].items())
-        head.add_row("problems", f"[yellow]{problems['total']} skipped records ({kinds})[/]")
+        head.add_row("problems", f"[yellow]{problems_line(problems)}[/]")
     console.print(Panel(head, title="relax-straggler analyze", expand=True))
     console.print(f"[{STATUS_STYLE[verdict['status']]}]{verdict['status'].upper()}[/]: {verdict['summary']}")
     confirmed = summary.get("confirmed")
@@ -75,7 +75,7 @@ def render(summary: dict, console: Console) -> None:
 
     ranked = sorted(summary["per_rank"], key=lambda r: r["score"])[:TOP_RANKS]
     if ranked:
-        table = Table(title=f"Slowest ranks (of {len(summary['per_rank'])})", title_justify="left")
+        table = Table(title=f"Slowest ranks (of {inp['ranks']})", title_justify="left")
         for col in ("rank", "dp", "pp", "tp", "node", "score", "compute", "worst stage"):
             table.add_column(col, justify="left" if col == "worst stage" else "right")
         for r in ranked:

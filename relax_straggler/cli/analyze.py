@@ -8,7 +8,6 @@ message names the file and line or row), or --strict met a problem; 2 bad argume
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from relax_straggler.analysis.config import AnalyzeConfig
@@ -51,13 +50,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    from relax_straggler.analysis import analyze, build_summary, render
+    from relax_straggler.analysis import analyze, build_analysis, render, summary_dict
+    from relax_straggler.analysis.summary import per_rank_entries, write_summary
+    from relax_straggler.analysis.terminal import TOP_RANKS
     from relax_straggler.analysis.whatif import whatif_summary
     from relax_straggler.readers import open_source
 
     err = Console(stderr=True)
 
-    def read() -> dict:
+    def read():
         config = config_from_args(AnalyzeConfig, args)
         config.engine_config()
         topology = topology_from_args(args)
@@ -69,31 +70,33 @@ def run(args: argparse.Namespace) -> int:
             task = bar.add_task("reading", total=source.total_bytes)
             result = analyze(source, config, ranks_per_node=args.ranks_per_node,
                              progress=lambda done, total: bar.update(task, completed=done))
-        summary = build_summary(result)
+        analysis = build_analysis(result)
+        # The slowest ranks only: every rank's entry is written from the columns (a million ranks are common).
+        summary = summary_dict(analysis, slowest=TOP_RANKS)
         whatif = None if args.no_whatif else whatif_summary(source)
         if whatif is not None:
             summary["whatif"] = json_safe(whatif)
-        return summary
+        return summary, analysis.per_rank
 
-    code, summary = read_reporting_errors(err, args.path, read)
+    code, done = read_reporting_errors(err, args.path, read)
     if code is not None:
         return code
-    text = json.dumps(summary, indent=2, allow_nan=False)
+    summary, per_rank = done
     try:
         if args.json_path:
             with open(args.json_path, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-        if args.heatmap and summary["per_rank"]:
+                write_summary(summary, f, per_rank)
+        if args.heatmap and len(per_rank):
             from relax_straggler.analysis.heatmap import write_heatmap  # matplotlib only when asked
 
-            write_heatmap(summary, args.heatmap)
+            write_heatmap({**summary, "per_rank": list(per_rank_entries(per_rank))}, args.heatmap)
     except OSError as exc:
         err.print(f"[red]error:[/] cannot write {exc.filename}: {exc.strerror}", highlight=False, soft_wrap=True)
         return 1
-    if args.heatmap and not summary["per_rank"]:
+    if args.heatmap and not len(per_rank):
         err.print("note: no heatmap: the input has no per-rank times (min/max only)", highlight=False, soft_wrap=True)
     if args.format == "json":
-        sys.stdout.write(text + "\n")
+        write_summary(summary, sys.stdout, per_rank)
     else:
         render(summary, Console())
     # Nothing can be concluded from this input: say so with the exit code too.

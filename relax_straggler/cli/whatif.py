@@ -3,7 +3,7 @@ what fixing a worker, stage or op type would give back, by replaying its per-op 
 (parquet op traces, Chrome traces, our per-op JSONL). See docs/WHATIF.md.
 
 The input is read as `analyze` reads it (cli/inputs.py, relax_straggler.readers): the same
-format detection and --input-format, --strict, --meta and --dp/--pp/--tp, and the same
+format detection and --input-format, --strict, --meta and --dp/--pp/--tp/--dsp, and the same
 report of skipped records by file and row.
 
 Exit status: 0 the analysis ran; 1 the input cannot be replayed (the message names the
@@ -84,11 +84,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         out = report.to_json()
         out["input"] = {"path": args.path, "format": op_input.format, "ops": len(op_input.records),
-                        "problems": {"total": problems.total, "by_kind": dict(problems.counts),
-                                     "first": [str(x) for x in problems.kept[:20]]}}
+                        "problems": problems.facts(op_input.records_read)}
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(report.text())
-    print_problems(problems, err)
+    print_problems(problems, op_input.records_read, err)
     return 0

@@ -15,6 +15,14 @@ Bad input never raises a traceback at the user: a reader reports each problem wi
 file and the 1-based line (text) or row (parquet) through ``Problems``; in strict mode
 the first problem raises ``InputError``, otherwise the offending record is skipped and
 counted, and every count is part of the analysis output.
+
+Skipped input and the verdict: each problem says how many of the input's records it leaves
+out of the analysis (``Problems.skipped``, never more than the source's ``records``, which
+count every record read, skipped ones included), and an input that lists its steps apart
+from its records (a metrics store's index) says how many of them could not be read whole
+(``steps_lost`` of ``steps_listed``). Past MAX_SKIPPED_FRACTION of either the records left
+cannot stand for the run: `analyze` answers inconclusive, `whatif` refuses
+(``Problems.unusable``).
 """
 
 from __future__ import annotations
@@ -38,14 +46,19 @@ P2P_OPS: tuple[str, ...] = ("forward-send", "forward-recv", "backward-send", "ba
 
 # How many problems are kept with their message; all are counted.
 MAX_KEPT_PROBLEMS = 200
+# Past this fraction of skipped records (or lost steps) no verdict is given: what was skipped
+# can move a finding's share of the steps (persistent from one half) by up to that fraction,
+# and the steps read may no longer be the run's; a tenth is the most an answer can defend.
+MAX_SKIPPED_FRACTION = 0.1
 
 # Step numbers are int64 in the engine; ids of microbatches, sequences and model chunks are
 # int32 in the what-if records (-1: none).
 MAX_STEP = (1 << 63) - 1
 MAX_SMALL_ID = (1 << 31) - 1
 # Longest time a record may give, s (~3,000 years): beyond it no clock wrote it, and an
-# analysis would print it as a 300-digit result.
+# analysis would print it as a 300-digit result, or sum it to inf.
 MAX_TIME_S = 1e11
+MAX_TIME_MS = MAX_TIME_S * 1e3
 
 # The analysis is dense: every step costs O(world) whatever the input recorded. A few
 # corrupt step or rank ids could so turn a small file into hours of work; an input may
@@ -71,18 +84,29 @@ class Problem:
 
 @dataclass
 class Problems:
-    """Collects a reader's problems. strict: the first one raises InputError."""
+    """Collects a reader's problems. strict: the first one raises InputError.
+
+    counts: problems by kind; skipped: input records the problems left out of the analysis;
+    steps_listed, steps_lost: steps an input lists apart from its records (a metrics store's
+    index; 0 for files) and how many of them could not be read whole."""
 
     path: str
     strict: bool = False
     kept: list[Problem] = field(default_factory=list)
-    counts: Counter = field(default_factory=Counter)  # by kind
+    counts: Counter = field(default_factory=Counter)
+    skipped: int = 0
+    steps_listed: int = 0
+    steps_lost: int = 0
 
-    def report(self, line: int, message: str, kind: str = "malformed") -> None:
+    def report(self, line: int, message: str, kind: str = "malformed", skipped: int = 1) -> None:
+        """One problem at `line` (0: not a line); skipped: the records it leaves out (0 for a
+        problem that drops no record, as an unknown op name whose rows are counted apart).
+        Raises InputError in strict mode."""
         problem = Problem(self.path, line, message)
         if self.strict:
             raise InputError(f"{problem} (--strict)")
         self.counts[kind] += 1
+        self.skipped += skipped
         if len(self.kept) < MAX_KEPT_PROBLEMS:
             self.kept.append(problem)
             log.warning("%s", problem)
@@ -92,6 +116,33 @@ class Problems:
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    def unusable(self, records: int) -> Optional[str]:
+        """Why the input left after its problems cannot stand for the run, or None: more than
+        MAX_SKIPPED_FRACTION of its `records` skipped, or of its listed steps lost."""
+        if self.skipped > MAX_SKIPPED_FRACTION * records:
+            return f"{self.skipped:,} of {records:,} records were skipped"
+        if self.steps_lost > MAX_SKIPPED_FRACTION * self.steps_listed:
+            return f"{self.steps_lost:,} of the {self.steps_listed:,} steps the input lists could not be read whole"
+        return None
+
+    def facts(self, records: int) -> dict:
+        """The JSON-ready account of the problems: total, by_kind, first (20 messages),
+        records, records_skipped, steps_listed, steps_lost."""
+        return {"total": self.total, "by_kind": dict(self.counts), "first": [str(p) for p in self.kept[:20]],
+                "records": records, "records_skipped": self.skipped, "steps_listed": self.steps_listed,
+                "steps_lost": self.steps_lost}
+
+
+def problems_line(facts: dict) -> str:
+    """One line of Problems.facts: "3 problems (bad_value 2, unknown_op 1); 2 of 1,200
+    records skipped[; 5 of 400 listed steps not read whole]"."""
+    kinds = ", ".join(f"{k} {v:,}" for k, v in facts["by_kind"].items())
+    line = (f"{facts['total']:,} problem{'s' if facts['total'] != 1 else ''} ({kinds}); "
+            f"{facts['records_skipped']:,} of {facts['records']:,} records skipped")
+    if facts["steps_lost"]:
+        line += f"; {facts['steps_lost']:,} of {facts['steps_listed']:,} listed steps not read whole"
+    return line
 
 
 @dataclass(frozen=True)

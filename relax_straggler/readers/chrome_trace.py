@@ -12,7 +12,10 @@ virtual pipeline's chunk) is part of the duplicate key.
 The file (plain or gzip) is parsed incrementally, one event at a time, with the standard
 library's JSON decoder over a sliding text window, and events are summed per lane as they
 come (op_trace.py): memory holds one window and the sums, never the file. Problems name
-the line and the event's index in the array.
+the line and the event's index in the array. A value longer than MAX_EVENT_CHARS (a huge
+string in the trace's metadata or in an event) is passed over by its quotes and brackets
+alone, one chunk held at a time: metadata is not read anyway, and such an event is a
+reported skip.
 """
 
 from __future__ import annotations
@@ -27,20 +30,30 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import (MAX_SMALL_ID, MAX_STEP, InputError, Problems, StepTimes, check_dense,
-                                          finite_number, parse_json_int)
-from relax_straggler.readers.op_records import OpCollector, OpRecords
+from relax_straggler.readers.base import (MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes,
+                                          check_dense, finite_number, parse_json_int)
+from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology, make_layout
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 
 CHUNK_BYTES = 1 << 20
 BATCH_EVENTS = 1 << 16
-MAX_EVENT_CHARS = 1 << 24  # an event that does not parse within this many characters is invalid JSON
+MAX_EVENT_CHARS = 1 << 24  # a longer value is passed over, never parsed (a trace event is ~200 characters)
 _LANE_BASE = 1 << 20  # lane key = pid x 2^20 + tid
+_MAX_US = MAX_TIME_S * 1e6
 _LANE = re.compile(r"PP rank (\d+), TP rank (\d+)")
 _CP_LANE = re.compile(r"\b(?:DSP|CP) rank (\d+)")
 _WS = " \t\r\n"
+_SCAN_OUTSIDE = re.compile(r'["{}\[\]]')  # what changes the nesting outside a string
+_SCAN_INSIDE = re.compile(r'["\\]')  # what ends a string or escapes its next character
+
+
+class _LongValue:
+    """A JSON value passed over because it is longer than MAX_EVENT_CHARS."""
+
+    def __init__(self, chars: int) -> None:
+        self.chars = chars
 
 
 class _EventStream:
@@ -56,6 +69,7 @@ class _EventStream:
         self._gzip = magic == b"\x1f\x8b"
         self._decoder = json.JSONDecoder(parse_int=parse_json_int)
         self._line = 1
+        self.count = 0  # array elements read so far, skipped ones included
 
     def _chunks(self) -> Iterator[str]:
         text = codecs.getincrementaldecoder("utf-8")(errors="strict")
@@ -110,8 +124,12 @@ class _EventStream:
                 return
             line = self._at()
             event = self._value()
+            self.count = index + 1
             if isinstance(event, dict):
                 yield line, index, event
+            elif isinstance(event, _LongValue):
+                self.problems.report(line, f"event #{index} is {event.chars:,} characters long, beyond the "
+                                     f"{MAX_EVENT_CHARS:,} a trace event may have; skipped", kind="oversized")
             else:
                 self.problems.report(line, f"event #{index} is not a JSON object", kind="malformed")
             index += 1
@@ -151,12 +169,21 @@ class _EventStream:
                 return None
 
     def _value(self) -> object:
+        """The JSON value at the cursor, or a _LongValue when it is longer than
+        MAX_EVENT_CHARS; the cursor moves past it. Raises InputError for invalid JSON or an
+        input that ends inside the value."""
         while True:
             try:
                 obj, end = self._decoder.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as exc:
                 if len(self._buf) - self._pos < MAX_EVENT_CHARS and self._more():
                     continue
+                if len(self._buf) - self._pos >= MAX_EVENT_CHARS and self._buf[self._pos] in '"[{':
+                    line = self._at(exc.pos)
+                    chars = self._pass_over()
+                    if chars > MAX_EVENT_CHARS:
+                        return _LongValue(chars)
+                    raise InputError(f"{self.path}:{line}: invalid JSON: {exc.msg}") from None
                 raise InputError(f"{self.path}:{self._at(exc.pos)}: invalid or truncated JSON: {exc.msg}") from None
             except RecursionError:
                 raise InputError(f"{self.path}:{self._at()}: JSON nested deeper than the decoder allows") from None
@@ -164,6 +191,40 @@ class _EventStream:
                 continue  # a number at the window's edge may continue in the next chunk
             self._pos = end
             return obj
+
+    def _pass_over(self) -> int:
+        """Moves the cursor past the string, array or object it is on, found by its quotes and
+        brackets alone: linear in its length, and each chunk dropped once scanned. Returns
+        its length in characters. Raises InputError when the input ends inside it."""
+        depth, inside, escaped, chars = 0, False, False, 0
+        i = self._pos
+        while True:
+            buf = self._buf
+            while i < len(buf):
+                if escaped:
+                    i, escaped = i + 1, False
+                    continue
+                m = (_SCAN_INSIDE if inside else _SCAN_OUTSIDE).search(buf, i)
+                if m is None:
+                    i = len(buf)
+                    break
+                c, i = m.group(), m.end()
+                if inside:
+                    escaped, inside = c == "\\", c == "\\"
+                elif c == '"':
+                    inside = True
+                else:
+                    depth += 1 if c in "[{" else -1
+                if not inside and depth == 0:
+                    chars += i - self._pos
+                    self._pos = i
+                    return chars
+            chars += len(buf) - self._pos
+            self._pos = len(buf)
+            if not self._more():
+                raise InputError(f"{self.path}:{self._at()}: the input ends inside a value of {chars:,} characters "
+                                 "(truncated file?)")
+            i = self._pos + (i - len(buf))  # an escape may reach into the next chunk
 
 
 class ChromeTraceReader:
@@ -174,17 +235,21 @@ class ChromeTraceReader:
         self.path = path
         self.problems = problems
         self._ops = OpCollector() if ops else None
-        self._placement: dict[int, tuple[int, int, int]] = {}
+        self._placement = Placement.empty()
         meta = meta or meta_path_for(path)
         self._topology = topology or (load_meta(meta) if meta else None)
         self._stream = _EventStream(path, problems)
         self.total_bytes = os.path.getsize(path)
         self.names = OpNames(problems)
-        self.records = 0
 
     @property
     def done_bytes(self) -> int:
         return self._stream.done_bytes
+
+    @property
+    def records(self) -> int:
+        """Trace events read, skipped ones included."""
+        return self._stream.count
 
     def topology(self) -> Optional[Topology]:
         return self._topology
@@ -195,11 +260,11 @@ class ChromeTraceReader:
 
     def steps(self) -> Iterator[StepTimes]:
         lanes: dict[tuple[int, int], tuple[int, int, int]] = {}  # (pid, tid) -> (pp, tp, cp)
+        self._lane_events: dict[int, int] = {}  # lane key -> its events that passed the row checks
         self._op_lanes: set[int] = set()  # lanes with only excluded ops still place what-if ops
         acc, dups = StepAccumulator(self.path), DuplicateFilter()
         batch: list[tuple] = []
         for line, index, ev in self._stream.events():
-            self.records += 1
             ph = ev.get("ph")
             if ph == "M":
                 if ev.get("name") == "thread_name":
@@ -214,12 +279,16 @@ class ChromeTraceReader:
                 self._add(batch, acc, dups)
                 batch = []
         self._add(batch, acc, dups)
-        if not acc.keys():
+        if not acc.keys().size:
             raise InputError(f"{self.path}: no usable complete ('X') events")
-        summed = set(acc.keys())
+        summed = set(acc.keys().tolist())
         ranks = self._lane_ranks(sorted(summed | self._op_lanes), lanes, acc.num_steps)
-        self._placement = {k: (k // _LANE_BASE, lanes[divmod(k, _LANE_BASE)][0], r) for k, r in ranks.items()}
-        yield from acc.steps({k: r for k, r in ranks.items() if k in summed})
+        placed = np.array(list(ranks), dtype=np.int64)
+        self._placement = Placement(placed, placed // _LANE_BASE,
+                                    np.array([lanes[divmod(k, _LANE_BASE)][0] for k in ranks], dtype=np.int64),
+                                    np.array(list(ranks.values()), dtype=np.int64))
+        kept = [k for k in ranks if k in summed]
+        yield from acc.steps(np.array(kept, dtype=np.int64), np.array([ranks[k] for k in kept], dtype=np.int64))
 
     def _name_lane(self, line: int, index: int, ev: dict, lanes: dict[tuple[int, int], tuple[int, int, int]]) -> None:
         """Records a thread_name event's (PP, TP, DSP) ranks of its lane; reports a malformed one."""
@@ -252,8 +321,9 @@ class ChromeTraceReader:
             self.problems.report(line, f"{where} ({name}): args.step must be an integer in [0, 2^63)", "malformed")
             return None
         ts, dur = finite_number(ts), finite_number(dur)
-        if ts is None or dur is None or dur < 0 or ts < 0:
-            self.problems.report(line, f"{where} ({name}): ts and dur must be finite numbers >= 0 us", "bad_value")
+        if ts is None or dur is None or not (0 <= ts <= _MAX_US and 0 <= dur <= _MAX_US):
+            self.problems.report(line, f"{where} ({name}): ts and dur must be numbers of us in [0, {_MAX_US:g}]",
+                                 "bad_value")
             return None
         ids = [_int_arg(args, k) for k in ("model_chunk", "mb_id", "seq_id")]
         if None in ids:
@@ -281,6 +351,9 @@ class ChromeTraceReader:
         for i in np.flatnonzero(dup).tolist():
             self.problems.report(int(line[i]), "duplicate event (same lane, step, op, ts and dur as an earlier one)",
                                  "duplicate")
+        lanes, events = np.unique(lane[~dup], return_counts=True)
+        for k, n in zip(lanes.tolist(), events.tolist()):
+            self._lane_events[k] = self._lane_events.get(k, 0) + n
         keep = ~dup & (stage >= 0)
         acc.add(step[keep], lane[keep], stage[keep], p2p[keep], dur[keep] / 1e3, ts[keep] / 1e3)
         if self._ops is not None:
@@ -297,8 +370,9 @@ class ChromeTraceReader:
         named = {k: lanes[divmod(k, _LANE_BASE)] for k in keys if divmod(k, _LANE_BASE) in lanes}
         for k in keys:
             if k not in named:
-                self.problems.report(0, f"events on pid {k // _LANE_BASE} tid {k % _LANE_BASE} are skipped: the "
-                                     "lane has no 'PP rank P, TP rank T' thread_name", "layout")
+                self.problems.report(0, f"{self._lane_events.get(k, 0)} events on pid {k // _LANE_BASE} tid "
+                                     f"{k % _LANE_BASE} are skipped: the lane has no 'PP rank P, TP rank T' "
+                                     "thread_name", "layout", skipped=self._lane_events.get(k, 0))
         if not named:
             raise InputError(f"{self.path}: no event lane is named 'PP rank P, TP rank T, ...' by a thread_name "
                              "metadata event, so no event can be placed on a rank")
@@ -319,9 +393,10 @@ class ChromeTraceReader:
         for k, (pp, tp, cp) in named.items():
             dp = k // _LANE_BASE
             if dp >= topo.dp or pp >= topo.pp or tp >= topo.tp or cp >= topo.slots // topo.tp:
-                self.problems.report(0, f"events of pid {dp} (PP rank {pp}, TP rank {tp}, DSP rank {cp}) are "
-                                     f"skipped: outside the topology dp {topo.dp} x pp {topo.pp} x tp {topo.tp} x "
-                                     f"dsp {topo.slots // topo.tp}", "layout")
+                self.problems.report(0, f"{self._lane_events.get(k, 0)} events of pid {dp} (PP rank {pp}, TP rank "
+                                     f"{tp}, DSP rank {cp}) are skipped: outside the topology dp {topo.dp} x pp "
+                                     f"{topo.pp} x tp {topo.tp} x dsp {topo.slots // topo.tp}", "layout",
+                                     skipped=self._lane_events.get(k, 0))
                 continue
             out[k] = int(topo.rank_of(dp, pp, tp + topo.tp * cp))
         if not out:

@@ -4,7 +4,7 @@ The record is the authority on which worker (dp_rank, stage) a rank belongs to; 
 formula of relax_straggler.topology (Megatron's default order) is used when it agrees with
 every record, because it also names the ranks the trace did not record. When it does not
 (another rank order, context / sequence-data parallel ranks numbered differently), the
-layout is the table the records give. A declared layout (--dp/--pp/--tp, meta file) bounds
+layout is the table the records give. A declared layout (--dp/--pp/--tp/--dsp, meta file) bounds
 the ids; a record outside it is a contradiction the reader reports with its row.
 """
 
@@ -23,22 +23,22 @@ def out_of_bounds(topology: Topology, dp: np.ndarray, pp: np.ndarray, rank: np.n
     return (dp >= topology.dp) | (pp >= topology.pp) | (rank >= topology.world_size)
 
 
-def resolve_layout(path: str, workers: dict[int, tuple[int, int]], first_row: dict[int, int],
+def resolve_layout(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, rows: np.ndarray,
                    declared: Optional[Topology], steps: int, records: int) -> Topology:
-    """The Topology of recorded ranks. workers: rank -> (dp_rank, stage) as recorded, each id
-    below MAX_WORLD_SIZE; first_row: rank -> the 1-based row it first appears on (for
-    errors); declared: the layout given by the user or a meta file, or None (then dp and pp
-    are the largest ids plus one, and tp is the smallest under which the rank formula fits,
-    if any); steps, records: the input's distinct steps and rows, which bound the dense
-    work the layout may cost (readers/base.py check_dense).
+    """The Topology of recorded ranks. ranks, dps, pps, rows: (n,) each recorded rank (every
+    id below MAX_WORLD_SIZE), its (dp_rank, stage) as recorded and the 1-based row it first
+    appears on (for errors); declared: the layout given by the user or a meta file, or None
+    (then dp and pp are the largest ids plus one, and tp is the smallest under which the
+    rank formula fits, if any); steps, records: the input's distinct steps and rows, which
+    bound the dense work the layout may cost (readers/base.py check_dense).
 
     Raises InputError naming the file and row when a worker records more ranks than its
     tp x cp slots, or when the largest ids would make the analysis far bigger than the input."""
-    if not workers:
+    if not ranks.size:
         raise InputError(f"{path}: no usable operation rows")
-    ranks = np.fromiter(workers, dtype=np.int64, count=len(workers))
-    coords = np.array(list(workers.values()), dtype=np.int64).reshape(-1, 2)
-    dps, pps = coords[:, 0], coords[:, 1]
+    order = np.argsort(ranks, kind="stable")
+    ranks, dps, pps, rows = ranks[order], dps[order], pps[order], rows[order]
+    first_row = _FirstRow(ranks, rows)
     if declared is not None:
         candidates = [declared]
     else:
@@ -53,6 +53,16 @@ def resolve_layout(path: str, workers: dict[int, tuple[int, int]], first_row: di
     return _checked(path, _table_layout(path, ranks, dps, pps, first_row, declared), steps, records, declared)
 
 
+class _FirstRow:
+    """rank -> the 1-based row it first appears on, over ranks ascending."""
+
+    def __init__(self, ranks: np.ndarray, rows: np.ndarray) -> None:
+        self._ranks, self._rows = ranks, rows
+
+    def __getitem__(self, rank: int) -> int:
+        return int(self._rows[np.searchsorted(self._ranks, rank)])
+
+
 def _cells(topo: Topology) -> int:
     """Rank rows a step costs the analysis: the world, or the workers' slots when more."""
     return max(topo.world_size, topo.dp * topo.pp * topo.slots)
@@ -64,7 +74,7 @@ def _checked(path: str, topo: Topology, steps: int, records: int, declared: Opti
     return topo
 
 
-def _check_inferred(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, first_row: dict[int, int],
+def _check_inferred(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, first_row: _FirstRow,
                     steps: int, records: int) -> None:
     """Refuses, naming its row, the largest id when the layout it implies (ranks up to it,
     or dp x pp workers) would cost more dense work than the input allows."""
@@ -81,7 +91,7 @@ def _check_inferred(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarr
                      f"for {ranks.size:,} recorded ranks over {steps:,} steps ({records:,} rows): a corrupt id?")
 
 
-def _table_layout(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, first_row: dict[int, int],
+def _table_layout(path: str, ranks: np.ndarray, dps: np.ndarray, pps: np.ndarray, first_row: _FirstRow,
                   declared: Optional[Topology]) -> Topology:
     """Slots numbered per worker in rank order; the table spans the declared world, or the
     largest recorded rank."""

@@ -38,7 +38,7 @@ class MegatronLogReader:
     def __init__(self, path: str, problems: Problems, topology: Optional[Topology] = None,
                  meta: Optional[str] = None) -> None:
         if meta is not None:
-            raise InputError(f"{path}: --meta applies to trace files; give --dp/--pp/--tp for a Megatron log")
+            raise InputError(f"{path}: --meta applies to trace files; give --dp/--pp/--tp/--dsp for a Megatron log")
         self.path = path
         self.problems = problems
         self._given = topology
@@ -66,26 +66,29 @@ class MegatronLogReader:
                     self.done_bytes += len(chunk)
                 else:
                     scanner.finish()
-                for line, message in scanner.take_issues():
-                    self.problems.report(line, message, "malformed")
+                for line, message, rejected in scanner.take_issues():
+                    self.problems.report(line, message, "malformed", skipped=rejected)
+                self.records = scanner.values + scanner.rejected
                 if self._topology is None and scanner.arguments:
                     self._topology = self._from_arguments(scanner.arguments)
                 for block in scanner.take_blocks():
                     blocks += 1
-                    step = self._convert(block, count)
+                    number = block.iteration if block.iteration >= 0 else count
+                    if (number, block.form) in seen:
+                        self.problems.report(block.line, f"a second '{block.form}' timer block for iteration "
+                                             f"{number}; skipped", "duplicate", skipped=_values(block))
+                        continue
+                    if block.iteration < 0 and count == 0:
+                        self.problems.report(block.line, "no 'iteration N/' line before the first timer block; "
+                                             "blocks are numbered in file order", "no_iteration", skipped=0)
+                    step = self._convert(block, number)
                     if step is None:
                         continue
-                    key = (step.step, block.form)
-                    if key in seen:
-                        self.problems.report(block.line, f"a second '{block.form}' timer block for iteration "
-                                             f"{step.step}; skipped", "duplicate")
-                        continue
-                    seen.add(key)
+                    seen.add((number, block.form))
                     count += 1
                     yield step
                 if not chunk:
                     break
-        self.records = scanner.values
         if count == 0 and blocks:
             first = f"; first problem: {self.problems.kept[0]}" if self.problems.kept else ""
             raise InputError(f"{self.path}: {blocks} timer block(s) found, none usable{first}")
@@ -114,13 +117,9 @@ class MegatronLogReader:
             raise InputError(f"{self.path}: world_size {world} is not a multiple of tp {tp} x pp {pp} x cp {cp}")
         return make_layout(world // (tp * pp * cp), pp, tp, cp=cp, vpp=vpp)  # world <= MAX_WORLD_SIZE
 
-    def _convert(self, block, ordinal: int) -> Optional[Step]:
-        step = block.iteration
-        if step < 0:
-            if ordinal == 0:
-                self.problems.report(block.line, "no 'iteration N/' line before the first timer block; blocks are "
-                                     "numbered in file order", "no_iteration")
-            step = ordinal
+    def _convert(self, block, step: int) -> Optional[Step]:
+        """The step of a timer block numbered `step`, or None when none of its timers is a
+        stage (counted) or every value is beyond the ranks a job may have (reported)."""
         if block.form != "all":
             lo, hi = np.full(len(STAGES), np.nan), np.full(len(STAGES), np.nan)
             for t in block.timers:
@@ -147,7 +146,7 @@ class MegatronLogReader:
             if self._world == 0:
                 self._world = None
                 self.problems.report(block.line, f"every rank value is beyond the {MAX_WORLD_SIZE:,} ranks a job may "
-                                     "have; block skipped", "layout")
+                                     "have; block skipped", "layout", skipped=sum(int(r.size) for r, _, _ in timers))
                 return None
         world = self._topology.world_size if self._topology is not None else self._world
         self._blocks += 1
@@ -157,7 +156,7 @@ class MegatronLogReader:
         outside = sum(int((ranks >= world).sum()) for ranks, _, _ in timers)
         if outside:
             self.problems.report(block.line, f"{outside} rank value(s) at or beyond the world size {world} "
-                                 "(from the arguments, or the first block); skipped", "layout")
+                                 "(from the arguments, or the first block); skipped", "layout", skipped=outside)
             timers = [(ranks[ranks < world], values[ranks < world], target) for ranks, values, target in timers]
         ms = empty_stage_row(world)
         p2p = np.full((world, len(P2P_OPS)), np.nan) if any(x.p2p is not None for _, _, x in timers) else None
@@ -167,6 +166,11 @@ class MegatronLogReader:
                 _add(p2p[:, target.p2p], ranks, values)
         return StepTimes(step=step, ranks=np.arange(world, dtype=np.int64), ms=ms, p2p_ms=p2p,
                          step_ms=block.iteration_ms)
+
+
+def _values(block) -> int:
+    """The timer values of a block (a rank's time in "all" blocks, one per timer otherwise)."""
+    return sum(int(t.ranks.size) for t in block.timers) if block.form == "all" else len(block.timers)
 
 
 def _add(column: np.ndarray, ranks: np.ndarray, values: np.ndarray) -> None:

@@ -11,8 +11,14 @@ sink and the replay write for a stage without a Megatron timer); step_ms is the 
 first value of the iteration's interval-time rows.
 
 Problems carry no file line: each names job, iteration, rank and timer (line 0):
-unknown timer names (once per name, every row counted), empty / non-finite / negative
-values and repeated (rank, timer, subname) rows (the row is skipped).
+unknown timer names (once per name, every row counted), empty, non-finite, negative or
+absurd (beyond MAX_TIME_MS) values and repeated (rank, timer, subname) rows (the row is skipped).
+
+Rows the store lists but cannot deliver (a damaged frame of the file store, skipped by the
+store) are found by a cross-check with the store's own per-iteration account
+(Store.iterations: ranks with a step-time row): an iteration of the range whose step-time
+rows read are fewer than it lists was not read whole, and is reported and counted in
+Problems.steps_lost of steps_listed (readers/base.py: past a tenth, no verdict).
 
 The conversion runs over SAMPLE_SCHEMA tables, column by column in numpy (no Python object
 per row): RowConverter.table_steps, which StoreSource reads through Store.tables; Samples
@@ -30,8 +36,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relax_straggler.stores.base import STEP_METRIC, Sample, Store, samples_to_table
-from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, empty_stage_row
+from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, Store, samples_to_table
+from relax_straggler.readers.base import MAX_TIME_MS, P2P_OPS, InputError, Problems, StepTimes, empty_stage_row
 from relax_straggler.topology import Topology
 from relax_straggler.readers.megatron_names import timer_target
 
@@ -45,13 +51,16 @@ class RowConverter:
 
     job: named in problems. problems: where bad rows are reported. nodes: rank -> node
     name, filled from the rows (the last non-empty name seen for a rank wins).
-    unknown / excluded: rows per unknown / known-but-not-a-stage timer name."""
+    unknown / excluded: rows per unknown / known-but-not-a-stage timer name. step_rows:
+    iteration -> its STEP_METRIC rows with a value, repeats included (what the store's
+    per-iteration account is checked against)."""
 
     job: str
     problems: Problems
     nodes: dict[int, str] = field(default_factory=dict)
     unknown: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, int] = field(default_factory=dict)
+    step_rows: dict[int, int] = field(default_factory=dict)
     records: int = 0
     _targets: dict = field(default_factory=dict)
 
@@ -126,13 +135,16 @@ class RowConverter:
         flat = values.flatten().to_numpy(zero_copy_only=False)
         parents = pc.list_parent_indices(values).to_numpy()
         lengths = pc.list_value_length(values).to_numpy(zero_copy_only=False)
-        bad_value = (lengths == 0) | (np.bincount(parents, weights=~(np.isfinite(flat) & (flat >= 0)) * 1.0,
+        bad_value = (lengths == 0) | (np.bincount(parents, weights=~((flat >= 0) & (flat <= MAX_TIME_MS)) * 1.0,
                                                   minlength=n) > 0)
         sums = np.bincount(parents, weights=flat, minlength=n)
         firsts = np.full(n, np.nan)
         offsets = values.offsets.to_numpy()
         starts = offsets[:-1] - offsets[0]  # a slice's offsets start where its values do
         firsts[lengths > 0] = flat[starts[lengths > 0]]
+        step_its, step_counts = np.unique(its[is_step & (lengths > 0)], return_counts=True)
+        for it, c in zip(step_its.tolist(), step_counts.tolist()):
+            self.step_rows[it] = self.step_rows.get(it, 0) + c
         bad_value &= considered & ~duplicate
         good = considered & ~duplicate & ~bad_value
         kept, step_rows = good & ~is_step, good & is_step
@@ -171,11 +183,11 @@ class RowConverter:
             self.problems.report(0, f"{self._where(row)}: a second row for this rank, timer and subname "
                                     f"{row.subname!r}; skipped", "duplicate")
         elif bad_value:
-            self.problems.report(0, f"{self._where(row)}: values {list(row.values)!r} are not times >= 0 ms; "
-                                    "skipped", "bad_value")
+            self.problems.report(0, f"{self._where(row)}: values {list(row.values)!r} are not times in "
+                                    f"[0, {MAX_TIME_MS:g}] ms; skipped", "bad_value")
         else:
             self.problems.report(0, f"{self._where(row)}: unknown timer name {name!r} (not a Megatron timer "
-                                    "name; see docs/ANALYZE.md for the mapping)", "unknown_op")
+                                    "name; see docs/ANALYZE.md for the mapping)", "unknown_op", skipped=0)
 
     def _where(self, row: Sample) -> str:
         return f"job {self.job!r} iteration {row.iteration} rank {row.rank} timer {row.metric_name!r}"
@@ -259,10 +271,26 @@ class StoreSource:
 
     def steps(self) -> Iterator[StepTimes]:
         count = 0
+        listed = [it for it in self.store.iterations(self.job, self.first_iteration - 1, since=self.since)
+                  if it.iteration <= self.last_iteration]
         tables = self.store.tables(self.job, self.first_iteration, self.last_iteration, since=self.since)
         for step in self.converter.table_steps(tables):
             count += 1
             yield step
+        self._check_listed(listed)
         if count == 0:
             first = f"; first problem: {self.problems.kept[0]}" if self.problems.kept else ""
             raise InputError(f"{self.path}: no usable row ({self.records} rows read){first}")
+
+    def _check_listed(self, listed: list[IterationTime]) -> None:
+        """Reports each listed iteration with fewer step-time rows read than the store lists
+        (rows the store holds but could not deliver), and counts them in the problems."""
+        self.problems.steps_listed += len(listed)
+        for it in listed:
+            read = self.converter.step_rows.get(it.iteration, 0)
+            if read < it.ranks:
+                self.problems.steps_lost += 1
+                self.problems.report(0, f"job {self.job!r} iteration {it.iteration}: the store lists step-time rows "
+                                        f"of {it.ranks} ranks, {read} could be read (damaged or missing rows); the "
+                                        "iteration is " + ("missing" if read == 0 else "incomplete"),
+                                     "unreadable", skipped=0)

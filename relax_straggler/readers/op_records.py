@@ -40,6 +40,22 @@ class OpRecords:
 _COLUMNS = ("key", "step", "name", "start", "duration", "seq_id", "microbatch", "chunk")
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a reader's rank keys run: (n,) int64 keys and each one's dp_rank, stage and
+    global rank (-1 when unknown)."""
+
+    keys: np.ndarray
+    dp_rank: np.ndarray
+    stage: np.ndarray
+    rank: np.ndarray
+
+    @staticmethod
+    def empty() -> "Placement":
+        none = np.zeros(0, np.int64)
+        return Placement(none, none, none, none)
+
+
 class OpCollector:
     """Accumulates batches of op columns keyed by the reader's rank key (a rank, or a lane
     of a Chrome trace) and places them on workers at the end."""
@@ -59,13 +75,14 @@ class OpCollector:
             self._parts.append(tuple(np.asarray(c) for c in (key, step, name_id, start_s, duration_s, seq_id,
                                                              microbatch, chunk)))
 
-    def records(self, placement: dict[int, tuple[int, int, int]]) -> OpRecords:
-        """The ops, placed by placement: rank key -> (dp_rank, stage, rank); ops of keys
-        absent from it (lanes the reader skipped and reported) are left out."""
+    def records(self, placement: "Placement") -> OpRecords:
+        """The ops, placed on their workers; ops of keys the placement lacks (lanes the
+        reader skipped and reported) are left out."""
         cols = {c: np.concatenate([p[i] for p in self._parts]) if self._parts else np.zeros(0)
                 for i, c in enumerate(_COLUMNS)}
-        keys = np.array(sorted(placement), dtype=np.int64)
-        where = np.array([placement[k] for k in keys.tolist()], dtype=np.int64).reshape(-1, 3)
+        order = np.argsort(placement.keys, kind="stable")
+        keys = placement.keys[order]
+        where = np.stack([placement.dp_rank[order], placement.stage[order], placement.rank[order]], axis=1)
         key = cols["key"].astype(np.int64)
         idx = np.minimum(np.searchsorted(keys, key), max(keys.size - 1, 0))
         keep = keys[idx] == key if keys.size else np.zeros(key.shape, dtype=bool)

@@ -2,8 +2,9 @@
 beside the trace, op-name resolution with reporting, and the accumulator that sums
 per-operation durations into per-step StepTimes.
 
-Memory is O(steps x ranks x columns) for the sums, plus 8 bytes per row for duplicate
-detection; rows themselves are never kept.
+Memory is O(cells with a row) for the sums (StepAccumulator, 16 bytes a (step, rank,
+column) cell), plus 8 bytes per row for duplicate detection; rows themselves are never
+kept, and one step at a time is made dense.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class OpNames:
             self._cache[name] = timer_target(name)
             if self._cache[name] is None:
                 self._problems.report(line, f"unknown op name {name!r} (not a Megatron timer name; "
-                                            "see docs/ANALYZE.md for the mapping)", kind="unknown_op")
+                                            "see docs/ANALYZE.md for the mapping)", kind="unknown_op", skipped=0)
         target = self._cache[name]
         if target is None:
             self.unknown[name] = self.unknown.get(name, 0) + rows
@@ -125,106 +126,159 @@ class DuplicateFilter:
 
 
 class StepAccumulator:
-    """Sums op durations (ms) per (step, rank, stage column) and per p2p column, and tracks
-    each step's wall span from op start/end times (ms). The sums are dense, so they may
-    grow only within the budget of the rows added (readers/base.py check_dense); path
-    names the input in that refusal."""
+    """Sums op durations (ms) per (step, rank, column) — the STAGES columns, then the
+    P2P_OPS ones — and tracks each step's wall span from op start/end times (ms).
+
+    The sums are sparse, one (packed key, ms) pair per cell that has a row: a batch's cells
+    are summed in row order and kept as a sorted part, and parts are merged like a binary
+    counter (a cell takes part in O(log rows) merges), so memory is O(cells with a row) <=
+    O(rows) in any row order (ranks first, steps first or shuffled); steps() builds one
+    dense step at a time, O(ranks x columns). The steps x ranks the analysis will expand
+    the input to are bounded by the rows added (readers/base.py check_dense); path names
+    the input in that refusal."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         self._rows = 0
-        self._steps: dict[int, int] = {}
-        self._ranks: dict[int, int] = {}
-        self._ms = np.zeros((0, 0, len(STAGES)))
-        self._ran = np.zeros((0, 0, len(STAGES)), dtype=bool)
-        self._p2p = np.zeros((0, 0, len(P2P_OPS)))
-        self._p2p_ran = np.zeros((0, 0, len(P2P_OPS)), dtype=bool)
+        self._steps = KeyIndex()
+        self._ranks = KeyIndex()
+        self._parts: list[tuple[np.ndarray, np.ndarray]] = []  # (sorted unique keys, ms), largest first
         self._start = np.zeros(0)
         self._end = np.zeros(0)
         self.any_p2p = False
 
-    def _index(self, table: dict[int, int], values: np.ndarray) -> np.ndarray:
-        uniq, inverse = np.unique(values, return_inverse=True)
-        for v in uniq.tolist():
-            table.setdefault(int(v), len(table))
-        lookup = np.array([table[int(v)] for v in uniq.tolist()], dtype=np.int64)
-        return lookup[inverse]
-
-    def _grow(self) -> None:
-        s, r = len(self._steps), len(self._ranks)
-        if s <= self._ms.shape[0] and r <= self._ms.shape[1]:
-            return
-        check_dense(self._path, s, r, self._rows, "distinct step and rank ids")
-        S, R = max(s, 2 * self._ms.shape[0]), max(r, self._ms.shape[1])
-
-        def grown(a: np.ndarray, fill) -> np.ndarray:
-            out = np.full((S, R) + a.shape[2:], fill, dtype=a.dtype)
-            out[: a.shape[0], : a.shape[1]] = a
-            return out
-
-        self._ms, self._ran = grown(self._ms, 0.0), grown(self._ran, False)
-        self._p2p, self._p2p_ran = grown(self._p2p, 0.0), grown(self._p2p_ran, False)
-        start, end = np.full(S, np.inf), np.full(S, -np.inf)
-        start[: self._start.size], end[: self._end.size] = self._start, self._end
-        self._start, self._end = start, end
-
     def add(self, steps: np.ndarray, ranks: np.ndarray, stage: np.ndarray, p2p: np.ndarray,
             duration_ms: np.ndarray, start_ms: Optional[np.ndarray]) -> None:
         """One batch of valid rows: stage (rows,) STAGES column; p2p (rows,) P2P_OPS
-        column or -1; start_ms (rows,) op start or None when the input has no start times."""
+        column or -1; start_ms (rows,) op start or None when the input has no start times.
+        Raises InputError when the distinct steps x ranks exceed the rows' budget."""
         if steps.size == 0:
             return
         self._rows += steps.size
-        si = self._index(self._steps, steps)
-        ri = self._index(self._ranks, ranks)
-        self._grow()
-        np.add.at(self._ms, (si, ri, stage), duration_ms)
-        self._ran[si, ri, stage] = True
+        si = self._steps.add(steps)
+        ri = self._ranks.add(ranks)
+        check_dense(self._path, len(self._steps), len(self._ranks), self._rows, "distinct step and rank ids")
+        if len(self._ranks) > _RANK_MASK or len(self._steps) > _STEP_LIMIT:
+            raise InputError(f"{self._path}: {len(self._steps):,} distinct steps and {len(self._ranks):,} distinct "
+                             "rank ids: more than a trace can hold")
         has = p2p >= 0
-        if has.any():
-            self.any_p2p = True
-            np.add.at(self._p2p, (si[has], ri[has], p2p[has]), duration_ms[has])
-            self._p2p_ran[si[has], ri[has], p2p[has]] = True
+        self.any_p2p |= bool(has.any())
+        cell = (si << _STEP_SHIFT) | (ri << _COLUMN_BITS)
+        keys = np.concatenate((cell | stage, cell[has] | (len(STAGES) + p2p[has])))
+        self._push(*_summed(keys, np.concatenate((duration_ms, duration_ms[has]))))
         if start_ms is not None:
+            if self._start.size < len(self._steps):
+                grown = max(len(self._steps), 2 * self._start.size)
+                self._start = np.concatenate((self._start, np.full(grown - self._start.size, np.inf)))
+                self._end = np.concatenate((self._end, np.full(grown - self._end.size, -np.inf)))
             np.minimum.at(self._start, si, start_ms)
             np.maximum.at(self._end, si, start_ms + duration_ms)
+
+    def _push(self, keys: np.ndarray, ms: np.ndarray) -> None:
+        """Adds a sorted part; merges the newest parts while the newest is the larger."""
+        self._parts.append((keys, ms))
+        while len(self._parts) > 1 and self._parts[-1][0].size >= self._parts[-2][0].size:
+            self._merge_newest()
+
+    def _merge_newest(self) -> None:
+        """The two newest parts as one, the earlier's sums first."""
+        later, earlier = self._parts.pop(), self._parts.pop()
+        self._parts.append(_summed(np.concatenate((earlier[0], later[0])), np.concatenate((earlier[1], later[1]))))
 
     @property
     def num_steps(self) -> int:
         return len(self._steps)
 
-    def keys(self) -> list[int]:
-        """The rank keys added so far."""
-        return sorted(self._ranks)
+    def keys(self) -> np.ndarray:
+        """The rank keys added so far, ascending."""
+        return self._ranks.sorted_keys()
 
-    def steps(self, remap: Optional[dict[int, int]] = None) -> Iterator[StepTimes]:
+    def steps(self, keys: Optional[np.ndarray] = None, ranks: Optional[np.ndarray] = None) -> Iterator[StepTimes]:
         """StepTimes in ascending step order, every step over the union of ranks.
-        remap: rank key -> rank, merging keys that map to one rank (sums add up); keys
-        absent from it are left out. Raises InputError when no valid row was added."""
-        if not self._steps:
+        keys, ranks: (n,) rank keys and the rank of each, merging keys that map to one rank
+        (sums add up); keys absent from them are left out; None: every key is its rank.
+        Raises InputError when no valid row was added."""
+        if not len(self._steps):
             raise InputError(f"{self._path}: no usable operation rows")
-        remap = remap if remap is not None else {k: k for k in self._ranks}
-        ranks = np.array(sorted(set(remap.values())), dtype=np.int64)
-        row_of = {int(r): i for i, r in enumerate(ranks.tolist())}
-        src = np.array([self._ranks[k] for k in remap], dtype=np.int64)
-        dst = np.array([row_of[remap[k]] for k in remap], dtype=np.int64)
-        for step in sorted(self._steps):
-            i = self._steps[step]
-            ms, ran = self._merge(self._ms[i], self._ran[i], src, dst, ranks.size)
-            p2p = None
-            if self.any_p2p:
-                p2p_ms, p2p_ran = self._merge(self._p2p[i], self._p2p_ran[i], src, dst, ranks.size)
-                p2p = np.where(p2p_ran, p2p_ms, np.nan)
-            span = self._end[i] - self._start[i] if np.isfinite(self._start[i]) else np.nan
-            yield StepTimes(step=step, ranks=ranks, ms=np.where(ran, ms, np.nan), p2p_ms=p2p, step_ms=float(span))
+        if keys is None:
+            keys = ranks = self._ranks.sorted_keys()
+        out_ranks, rows = np.unique(ranks, return_inverse=True)
+        merged = out_ranks.size < rows.size
+        dst = np.full(len(self._ranks), -1, dtype=np.int64)  # rank index -> output row, -1: left out
+        dst[self._ranks.find(keys)] = rows
+        while len(self._parts) > 1:  # one sorted part: each step is one slice of it
+            self._merge_newest()
+        cells, ms = self._parts[0]
+        width = len(STAGES) + len(P2P_OPS)
+        steps = self._steps.sorted_keys()
+        for step, i in zip(steps.tolist(), self._steps.find(steps).tolist()):
+            lo, hi = np.searchsorted(cells, [i << _STEP_SHIFT, (i + 1) << _STEP_SHIFT])
+            row = dst[(cells[lo:hi] >> _COLUMN_BITS) & _RANK_MASK]
+            col = cells[lo:hi] & _COLUMN_MASK
+            kept = row >= 0
+            values = np.full((out_ranks.size, width), np.nan)
+            if merged:  # several keys (lanes) of one rank: their cells add up
+                ran = np.zeros(values.shape, dtype=bool)
+                ran[row[kept], col[kept]] = True
+                values[ran] = 0.0
+                np.add.at(values, (row[kept], col[kept]), ms[lo:hi][kept])
+            else:
+                values[row[kept], col[kept]] = ms[lo:hi][kept]
+            span = self._end[i] - self._start[i] if i < self._start.size and np.isfinite(self._start[i]) else np.nan
+            yield StepTimes(step=step, ranks=out_ranks, ms=values[:, :len(STAGES)],
+                            p2p_ms=values[:, len(STAGES):] if self.any_p2p else None, step_ms=float(span))
 
-    @staticmethod
-    def _merge(values: np.ndarray, ran: np.ndarray, src: np.ndarray, dst: np.ndarray, rows: int):
-        out = np.zeros((rows, values.shape[1]))
-        out_ran = np.zeros((rows, values.shape[1]), dtype=bool)
-        np.add.at(out, dst, values[src])
-        np.logical_or.at(out_ran, dst, ran[src])
-        return out, out_ran
+
+class KeyIndex:
+    """Dense indices 0, 1, ... for int64 keys in the order they are added (keys new in one
+    call: ascending), kept as sorted arrays, so a million keys cost 16 bytes each and no
+    Python object."""
+
+    def __init__(self) -> None:
+        self._keys = np.zeros(0, np.int64)  # ascending
+        self._index = np.zeros(0, np.int64)  # the index of each key
+
+    def __len__(self) -> int:
+        return int(self._keys.size)
+
+    def add(self, values: np.ndarray) -> np.ndarray:
+        """(n,) the index of each of `values`, new keys taking the next indices."""
+        uniq, inverse = np.unique(np.asarray(values, dtype=np.int64), return_inverse=True)
+        pos = np.searchsorted(self._keys, uniq)
+        known = pos < self._keys.size
+        known[known] = self._keys[pos[known]] == uniq[known]
+        new = ~known
+        index = np.empty(uniq.size, np.int64)
+        index[known] = self._index[pos[known]]
+        index[new] = np.arange(self._keys.size, self._keys.size + int(new.sum()))
+        if new.any():
+            keys = np.concatenate((self._keys, uniq[new]))
+            order = np.argsort(keys, kind="stable")
+            self._keys, self._index = keys[order], np.concatenate((self._index, index[new]))[order]
+        return index[inverse]
+
+    def find(self, values: np.ndarray) -> np.ndarray:
+        """(n,) the index of each of `values`, which must all have been added."""
+        return self._index[np.searchsorted(self._keys, np.asarray(values, dtype=np.int64))]
+
+    def sorted_keys(self) -> np.ndarray:
+        return self._keys
+
+
+# A cell's packed key: step index << 32 | rank index << 5 | column (STAGES, then P2P_OPS).
+_COLUMN_BITS = 5
+_COLUMN_MASK = (1 << _COLUMN_BITS) - 1
+_STEP_SHIFT = 32
+_RANK_MASK = (1 << (_STEP_SHIFT - _COLUMN_BITS)) - 1
+_STEP_LIMIT = (1 << 31) - 1
+
+
+def _summed(keys: np.ndarray, ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, the sum of each key's ms in the given order)."""
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    first = np.r_[True, keys[1:] != keys[:-1]]
+    return keys[first], np.bincount(np.cumsum(first) - 1, weights=ms[order])
 
 
 def row_keys(*columns: np.ndarray) -> np.ndarray:

@@ -29,10 +29,10 @@ import pyarrow.parquet as pq
 from relax_straggler.readers.arrow_values import nulls, values
 from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes, check_dense
 from relax_straggler.readers.layout import out_of_bounds, resolve_layout
-from relax_straggler.readers.op_records import OpCollector, OpRecords
+from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology
-from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
-                                              row_keys)
+from relax_straggler.readers.op_trace import (DuplicateFilter, KeyIndex, OpNames, StepAccumulator, load_meta,
+                                              meta_path_for, row_keys)
 
 REQUIRED = ("dp_rank", "stage", "step", "optype", "duration")
 OPTIONAL = ("rank", "start_ts", "seq_id", "mc", "mb_id")
@@ -50,7 +50,7 @@ class ParquetTraceReader:
                  meta: Optional[str] = None, ops: bool = False) -> None:
         self.path = path
         self._ops = OpCollector() if ops else None
-        self._placement: dict[int, tuple[int, int, int]] = {}
+        self._placement = Placement.empty()
         self.problems = problems
         try:
             self._file = pq.ParquetFile(path)
@@ -123,13 +123,12 @@ class ParquetTraceReader:
         dups = DuplicateFilter()
         first_row = 0
         per_row = self.total_bytes / max(1, self._file.metadata.num_rows)
-        layout: dict[int, tuple[int, int]] = {}  # rank key -> (dp_rank, stage)
-        first_rows: dict[int, int] = {}  # rank key -> its first 1-based row
+        places = _Places()
         try:
             batches = self._file.iter_batches(batch_size=BATCH_ROWS, columns=self._columns)
             for batch in batches:
                 n = batch.num_rows
-                self._add_batch(batch, first_row, acc, dups, layout, first_rows)
+                self._add_batch(batch, first_row, acc, dups, places)
                 first_row += n
                 self.records = first_row
                 self.done_bytes = int(first_row * per_row)
@@ -139,17 +138,18 @@ class ParquetTraceReader:
             raise InputError(f"{self.path}:{first_row + 1}: the rows from here on have a string that is not UTF-8 "
                              f"({exc.reason})") from None
         self.done_bytes = self.total_bytes
+        keys, dps, pps, rows = places.arrays()
         if "rank" in self._columns:
-            self._topology = resolve_layout(self.path, layout, first_rows, self._topology, acc.num_steps, self.records)
-            self._placement = {r: (d, p, r) for r, (d, p) in layout.items()}
+            self._topology = resolve_layout(self.path, keys, dps, pps, rows, self._topology, acc.num_steps,
+                                            self.records)
+            self._placement = Placement(keys, dps, pps, keys)
             yield from acc.steps()
             return
         # One rank per worker, numbered by the formula of the declared (or inferred) layout.
-        workers = {k: (k // _WORKER_BASE, k % _WORKER_BASE) for k in layout}
-        if not workers:
+        if not keys.size:
             raise InputError(f"{self.path}: no usable operation rows")
         if self._topology is None:
-            dp, pp = max(d for d, _ in workers.values()) + 1, max(p for _, p in workers.values()) + 1
+            dp, pp = int(dps.max()) + 1, int(pps.max()) + 1
             what = "the layout of the recorded dp_rank and stage ids"
             check_dense(self.path, acc.num_steps, dp * pp, self.records, what)
             if dp * pp > MAX_WORLD_SIZE:
@@ -158,13 +158,12 @@ class ParquetTraceReader:
             self._topology = Topology(dp=dp, pp=pp)
         else:
             check_dense(self.path, acc.num_steps, self._topology.world_size, self.records, "the declared layout")
-        topo = self._topology
-        ranks = {k: int(topo.rank_of(d, p, 0)) for k, (d, p) in workers.items()}
-        self._placement = {k: (d, p, ranks[k]) for k, (d, p) in workers.items()}
-        yield from acc.steps(ranks)
+        ranks = np.asarray(self._topology.rank_of(dps, pps, 0), dtype=np.int64)
+        self._placement = Placement(keys, dps, pps, ranks)
+        yield from acc.steps(keys, ranks)
 
     def _add_batch(self, batch: pa.RecordBatch, first_row: int, acc: StepAccumulator, dups: DuplicateFilter,
-                   layout: dict[int, tuple[int, int]], first_rows: dict[int, int]) -> None:
+                   places: "_Places") -> None:
         n = batch.num_rows
         duration_ms = self._floats(batch, "duration") * 1e3
         start_ms = self._floats(batch, "start_ts") * 1e3 if "start_ts" in self._columns else None
@@ -194,7 +193,7 @@ class ParquetTraceReader:
         none = np.full(n, -1, np.int64)
         seq, mc, mb = (self._ids(batch, c, valid, first_row) if c in self._columns else none
                        for c in ("seq_id", "mc", "mb_id"))
-        valid &= self._check_layout(dp, pp, rank, valid, first_row, layout, first_rows)
+        valid &= self._check_layout(dp, pp, rank, valid, first_row, places)
 
         stage = np.full(n, -1, dtype=np.int64)
         p2p = np.full(n, -1, dtype=np.int64)
@@ -229,7 +228,7 @@ class ParquetTraceReader:
                           start_s[valid], duration_ms[valid] / 1e3, seq[valid], mb[valid], mc[valid])
 
     def _check_layout(self, dp: np.ndarray, pp: np.ndarray, rank: np.ndarray, valid: np.ndarray, first_row: int,
-                      layout: dict[int, tuple[int, int]], first_rows: dict[int, int]) -> np.ndarray:
+                      places: "_Places") -> np.ndarray:
         """Rows inside the declared layout (when one is given) whose rank keeps one (dp_rank, stage)."""
         ok = np.ones(rank.shape, dtype=bool)
         topo = self._topology
@@ -239,20 +238,49 @@ class ParquetTraceReader:
                            f"pp {topo.pp}, tp {topo.tp}, dsp {topo.slots // topo.tp}: {topo.world_size} ranks)",
                            "layout")
             ok &= ~bad
-        keep = valid & ok
+        kept = np.flatnonzero(valid & ok)
+        if not kept.size:
+            return ok
         # One 64-bit hash per (rank, dp_rank, stage): a 1-D unique is several times faster than axis=0.
-        packed = row_keys(rank[keep], dp[keep], pp[keep])
-        _, first, count = np.unique(packed, return_index=True, return_counts=True)
-        # A rank new in this batch takes its most frequent (dp_rank, stage); the others are reported.
-        order = np.lexsort((first, -count, rank[keep][first]))
-        first = first[order]
-        rows = np.flatnonzero(keep)[first] + first_row + 1
-        triples = zip(rank[keep][first].tolist(), dp[keep][first].tolist(), pp[keep][first].tolist())
-        for (r, d, p), row in zip(triples, rows.tolist()):
-            first_rows.setdefault(r, row)
-            if layout.setdefault(r, (d, p)) != (d, p):
-                moved = keep & (rank == r) & ((dp != layout[r][0]) | (pp != layout[r][1]))
-                self._bad_rows(moved, first_row, f"rank {r} changes (dp_rank, stage) from {layout[r]} (row "
-                               f"{first_rows[r]})", "layout")
-                ok &= ~moved
+        _, first, count = np.unique(row_keys(rank[kept], dp[kept], pp[kept]), return_index=True, return_counts=True)
+        # A rank new in this batch takes its most frequent (dp_rank, stage), the earliest on a tie.
+        first = kept[first[np.lexsort((first, -count, rank[kept][first]))]]
+        lead = first[np.r_[True, rank[first][1:] != rank[first][:-1]]]
+        places.place(rank[lead], dp[lead], pp[lead], lead + first_row + 1)
+        at = places.index.find(rank[kept])
+        moved = kept[(dp[kept] != places.dp[at]) | (pp[kept] != places.pp[at])]
+        for i in moved.tolist():
+            j = int(places.index.find(rank[i:i + 1])[0])
+            self.problems.report(first_row + i + 1, f"rank {int(rank[i])} changes (dp_rank, stage) from "
+                                 f"({int(places.dp[j])}, {int(places.pp[j])}) (row {int(places.row[j])})", "layout")
+        ok[moved] = False
         return ok
+
+
+class _Places:
+    """Each rank key's (dp_rank, stage) as first recorded and its first 1-based row: arrays
+    indexed by a KeyIndex (no Python object per rank)."""
+
+    def __init__(self) -> None:
+        self.index = KeyIndex()
+        self.dp = np.zeros(0, np.int64)
+        self.pp = np.zeros(0, np.int64)
+        self.row = np.zeros(0, np.int64)
+
+    def place(self, keys: np.ndarray, dp: np.ndarray, pp: np.ndarray, rows: np.ndarray) -> None:
+        """Records the place of each of `keys` (distinct) not placed before."""
+        before = len(self.index)
+        at = self.index.add(keys)
+        new = at >= before
+        if new.any():
+            grown = len(self.index)
+            for name, values in (("dp", dp), ("pp", pp), ("row", rows)):
+                column = np.resize(getattr(self, name), grown)
+                column[at[new]] = values[new]
+                setattr(self, name, column)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(keys ascending, dp_rank, stage, first row) of every placed key."""
+        keys = self.index.sorted_keys()
+        at = self.index.find(keys)
+        return keys, self.dp[at], self.pp[at], self.row[at]

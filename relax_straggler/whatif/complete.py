@@ -1,7 +1,9 @@
 """The steps the what-if replay can model: the engine needs every dp_rank of every step to
 run the same ops (stage, op type, seq_id), each once. A row a reader skipped (a bad value,
 a duplicate) leaves its step short of an op; that step is left out of the replay and
-reported, and the others are replayed. Linear in the records (one sort)."""
+reported, and the others are replayed. A dp_rank is never left out: a replay without one
+models a job with fewer replicas, whose slowdown is not the recorded job's, so a dp_rank
+complete in no step refuses the input. Linear in the records (one sort)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ _FIELDS = ("dp_rank", "stage", "step", "optype", "start", "duration", "seq_id", 
 
 def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
     """rec without the steps where some dp_rank does not run the ops most (step, dp_rank)
-    groups run, and without dp_ranks that never do; each left out step and dp_rank is
-    reported through `problems` (kind "whatif_left_out"; strict raises InputError).
-    Raises WhatIfInputError naming the file when no step is left."""
+    groups run; each left out step is reported through `problems` (kind "whatif_left_out";
+    strict raises InputError). Raises WhatIfInputError naming the file when a dp_rank runs
+    those ops in no step, or no step is left."""
     if not len(rec):
         return rec
     op = row_keys(rec.stage.astype(np.int64), rec.optype.astype(np.int64), rec.seq_id.astype(np.int64))
@@ -44,23 +46,24 @@ def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
     good = ~repeated & (count == count[best]) & (total == total[best])
     want_count = int(count[best])
 
-    dps, all_dps = _distinct(g_dp[good]), _distinct(g_dp)
-    for d in all_dps[~_member(all_dps, dps)].tolist():
-        problems.report(0, f"dp_rank {d} runs the ops of the other dp_ranks in no step; left out of the what-if "
-                           "replay", "whatif_left_out")
-    in_dps = _member(g_dp, dps)
+    dps = _distinct(g_dp)
+    first = f"; first problem: {problems.kept[0]}" if problems.kept else ""
+    never = dps[~_member(dps, _distinct(g_dp[good]))]
+    if never.size:
+        raise WhatIfInputError(f"{problems.path}: dp_rank {int(never[0])} runs the ops of the other dp_ranks in no "
+                               f"step, and a replay without it would model a job of {dps.size - never.size} dp_ranks, "
+                               f"not the recorded {dps.size}{first}")
     steps = _distinct(g_step)
-    complete = np.bincount(np.searchsorted(steps, g_step[good & in_dps]), minlength=steps.size) == dps.size
+    complete = np.bincount(np.searchsorted(steps, g_step[good]), minlength=steps.size) == dps.size
     for i in np.flatnonzero(~complete).tolist():
-        mine = (g_step == steps[i]) & in_dps
+        mine = g_step == steps[i]
         why = _why(g_dp[mine], count[mine], repeated[mine], good[mine], dps, want_count)
         problems.report(0, f"step {int(steps[i])} left out of the what-if replay: {why} (see the rows skipped "
-                           "above)", "whatif_left_out")
+                           "above)", "whatif_left_out", skipped=0)
     if not complete.any():
-        first = f"; first problem: {problems.kept[0]}" if problems.kept else ""
         raise WhatIfInputError(f"{problems.path}: no step runs the same ops on every dp_rank, so no step can be "
                                f"replayed{first}")
-    keep = _member(rec.step, steps[complete]) & _member(rec.dp_rank, dps)
+    keep = _member(rec.step, steps[complete])
     if keep.all():
         return rec
     return OpRecords(*(getattr(rec, f)[keep] for f in _FIELDS[:9]), optype_names=rec.optype_names,

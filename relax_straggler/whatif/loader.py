@@ -32,13 +32,15 @@ _COMPUTE = ("forward-compute", "backward-compute")
 
 @dataclass
 class OpInput:
-    """Per-op records, the opened source (None for per-op JSONL) and the input's problems:
-    what was skipped, with its file and row or line, and the steps left out of the replay."""
+    """Per-op records, the opened source (None for per-op JSONL), the input's problems (what
+    was skipped, with its file and row or line, and the steps left out of the replay) and
+    the records read (rows, events or lines, skipped ones included)."""
 
     records: OpRecords
     source: Optional[Source]
     problems: Problems
     format: str
+    records_read: int
 
 
 def _used_optypes(rec: OpRecords) -> OpRecords:
@@ -52,9 +54,17 @@ def _used_optypes(rec: OpRecords) -> OpRecords:
     return replace(rec, optype=remap[rec.optype], optype_names=[names[i] for i in used])
 
 
-def replayable(rec: OpRecords, problems: Problems) -> OpRecords:
+def replayable(rec: OpRecords, problems: Problems, records_read: int) -> OpRecords:
     """The records the replay models: used op types only, one rank per worker, complete
-    steps only (whatif/complete.py; what is left out is reported). Raises WhatIfInputError."""
+    steps only (whatif/complete.py; what is left out is reported). Raises WhatIfInputError
+    when too much of the input was skipped for the rest to be the recorded job
+    (readers.Problems.unusable over the `records_read` rows, events or lines), or nothing
+    is left."""
+    why = problems.unusable(records_read)
+    if why is not None:
+        first = f"; first problem: {problems.kept[0]}" if problems.kept else ""
+        raise WhatIfInputError(f"{problems.path}: inconclusive: {why}, so a replay of the rest would model another "
+                               "job; fix the input or the layout (--meta, --dp/--pp/--tp/--dsp)" + first)
     if not len(rec):
         raise WhatIfInputError(f"{problems.path}: no per-op records")
     return complete_steps(one_rank_per_worker(_used_optypes(rec)), problems)
@@ -101,7 +111,7 @@ def records_of(source: Source) -> OpRecords:
                                "seq_id, Chrome args.seq_id)")
     if len(rec) and not np.isfinite(rec.start).all():
         raise WhatIfInputError(f"{source.path}: the what-if replay needs start times (parquet column start_ts)")
-    return replayable(rec, source.problems)
+    return replayable(rec, source.problems, source.records)
 
 
 _SNIFF_LINES = 64  # damaged lines looked past for the first record that decides the format
@@ -137,12 +147,14 @@ def read_op_input(path: str | Path, input_format: Optional[str] = None, strict: 
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file")
         problems = Problems(path, strict=strict)
-        return OpInput(replayable(OpJsonlSource(path, problems).records(), problems), None, problems, OP_JSONL)
+        jsonl = OpJsonlSource(path, problems)
+        records = jsonl.records()
+        return OpInput(replayable(records, problems, jsonl.records_read), None, problems, OP_JSONL, jsonl.records_read)
     source = open_source(path, fmt, strict=strict, topology=topology, meta=meta, ops=True)
     if source.format not in OP_FORMATS:
         raise WhatIfInputError(f"{path}: a {source.format} input has no per-op records; the what-if replay "
                                f"needs {', '.join(OP_FORMATS)} or {OP_JSONL}")
-    return OpInput(_records_from_source(source), source, source.problems, source.format)
+    return OpInput(_records_from_source(source), source, source.problems, source.format, source.records)
 
 
 def load_op_records(path: str | Path, **kwargs) -> OpRecords:

@@ -108,7 +108,7 @@ class OpJsonlSource:
             if optype not in self._unknown:
                 self._unknown.add(optype)
                 self.problems.report(line, f"unknown op name {optype[:80]!r} (not a Megatron timer name; see "
-                                     "docs/ANALYZE.md for the mapping)", "unknown_op")
+                                     "docs/ANALYZE.md for the mapping)", "unknown_op", skipped=0)
             else:
                 self.problems.counts["unknown_op"] += 1
             return None

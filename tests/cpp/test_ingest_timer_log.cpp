@@ -113,10 +113,17 @@ TEST(IngestTimerLog, MalformedLinesAreReportedWithTheirLineAndSkipped) {
       "     rank  0: 4.0",             // 14: no newline
       5);
   auto issues = s.take_issues();
-  std::vector<std::int64_t> lines;
-  for (const auto& i : issues) lines.push_back(i.line);
+  std::vector<std::int64_t> lines, rejected;
+  for (const auto& i : issues) {
+    lines.push_back(i.line);
+    rejected.push_back(i.rejected);
+  }
   // The empty min/max block (header at line 10) is reported when it closes, after line 11.
   EXPECT_EQ(lines, (std::vector<std::int64_t>{2, 4, 5, 6, 8, 9, 11, 10, 14}));
+  // Each value line skips its value; the empty block and the missing newline skip none.
+  EXPECT_EQ(rejected, (std::vector<std::int64_t>{1, 1, 1, 1, 1, 1, 1, 0, 0}));
+  EXPECT_EQ(s.values(), 2);
+  EXPECT_EQ(s.rejected(), 7);
   EXPECT_NE(issues[1].message.find("malformed rank line"), std::string::npos);
   EXPECT_NE(issues[4].message.find("repeated"), std::string::npos);
   EXPECT_NE(issues[8].message.find("truncated"), std::string::npos);
@@ -125,6 +132,25 @@ TEST(IngestTimerLog, MalformedLinesAreReportedWithTheirLineAndSkipped) {
   EXPECT_EQ(blocks[0].timers[0].ranks, (std::vector<std::int32_t>{3}));
   EXPECT_EQ(blocks[0].timers[0].ms, (std::vector<double>{7.0}));
   EXPECT_EQ(blocks[1].timers[0].ms, (std::vector<double>{4.0}));
+}
+
+TEST(IngestTimerLog, MinMaxTimersAreValuesAndTimesBeyondAClockAreSkipped) {
+  auto s = scan(
+      "(min, max) time across ranks (ms):\n"
+      "    forward-compute ................................: (10.50, 20.25)\n"
+      "    optimizer ......................................: (1.00, 1e308)\n"  // 3: beyond 1e14 ms
+      "times across ranks (ms):\n"
+      "  backward-compute:\n"
+      "     rank  0: 1e14\n"
+      "     rank  1: 1.7e308\n",  // 7
+      4096);
+  auto issues = s.take_issues();
+  ASSERT_EQ(issues.size(), 2u);
+  EXPECT_EQ(issues[0].line, 3);
+  EXPECT_EQ(issues[1].line, 7);
+  EXPECT_NE(issues[1].message.find("[0, 1e14]"), std::string::npos) << issues[1].message;
+  EXPECT_EQ(s.values(), 2);  // one min/max timer and rank 0's 1e14 ms
+  EXPECT_EQ(s.rejected(), 2);
 }
 
 TEST(IngestTimerLog, BinaryBytesAreEscapedInMessagesAndNeverNames) {

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import P2P_OPS, StepTimes, empty_stage_row
+from relax_straggler.readers.base import MAX_TIME_MS, P2P_OPS, StepTimes, empty_stage_row
 from relax_straggler.readers.megatron_names import TimerTarget, timer_target
 from relax_straggler.readers.metrics_rows import RowConverter
 from relax_straggler.stores.base import STEP_METRIC, Sample
@@ -44,7 +44,7 @@ class RowOracle(RowConverter):
             self._targets[name] = timer_target(name)
             if self._targets[name] is None:
                 self.problems.report(0, f"{self._where(row)}: unknown timer name {name!r} (not a Megatron timer "
-                                        "name; see docs/ANALYZE.md for the mapping)", "unknown_op")
+                                        "name; see docs/ANALYZE.md for the mapping)", "unknown_op", skipped=0)
         target = self._targets[name]
         if target is None:
             self.unknown[name] = self.unknown.get(name, 0) + 1
@@ -69,9 +69,9 @@ class RowOracle(RowConverter):
                 continue
             seen.add(key)
             values = row.values
-            if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in values):
-                self.problems.report(0, f"{self._where(row)}: values {list(values)!r} are not times >= 0 ms; "
-                                        "skipped", "bad_value")
+            if not values or not all(isinstance(v, (int, float)) and 0 <= v <= MAX_TIME_MS for v in values):
+                self.problems.report(0, f"{self._where(row)}: values {list(values)!r} are not times in "
+                                        f"[0, {MAX_TIME_MS:g}] ms; skipped", "bad_value")
                 continue
             if row.metric_name == STEP_METRIC:
                 step_ms = values[0] if math.isnan(step_ms) else max(step_ms, values[0])

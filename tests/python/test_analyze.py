@@ -124,11 +124,13 @@ def test_cli_errors_are_one_line_without_traceback(args, code, message, capsys):
 
 def test_cli_strict_stops_at_the_first_bad_line(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
-    path.write_text(open(fixture("straggler.jsonl")).read() + "{oops\n")
+    lines = open(fixture("straggler.jsonl")).read().splitlines()
+    lines += [lines[-1].replace('"step": 40,', f'"step": {step},') for step in (50, 60, 70, 80, 90)]
+    path.write_text("\n".join(lines) + "\n{oops\n")  # 1 of 11 lines: below the tenth that leaves no verdict
     assert main(["analyze", str(path), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["input"]["problems"]["total"] == 1
     assert main(["analyze", str(path), "--strict"]) == 1
-    assert f"{path}:6:" in capsys.readouterr().err
+    assert f"{path}:11:" in capsys.readouterr().err
 
 
 def test_cli_unreadable_file(tmp_path, capsys):
@@ -211,3 +213,27 @@ def test_analysis_runs_without_importing_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout)["verdict"]
+
+
+def test_a_wide_job_costs_numbers_per_rank_not_kilobytes_of_objects(tmp_path, monkeypatch):
+    # 20,000 ranks x 4 steps through `analyze --format json`: reading, analysis, per-rank scores
+    # and the JSON text peaked at 3.8 KB a rank (Python allocations; the indented JSON built
+    # whole, a score object and an entry dict per rank), about 1 KB since.
+    import tracemalloc
+
+    ranks, rng = 20_000, np.random.default_rng(2)
+    path = tmp_path / "wide.jsonl"
+    with open(path, "w") as f:
+        for step in range(4):
+            device = np.round(rng.uniform(90, 110, (ranks, 2)), 1).tolist()
+            f.write(json.dumps({"step": step, "stages": ["forward", "backward"], "device_ms": device}) + "\n")
+    out = open(os.devnull, "w")
+    monkeypatch.setattr("sys.stdout", out)
+    tracemalloc.start()
+    try:
+        assert main(["analyze", str(path), "--format", "json", "--no-progress"]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        out.close()
+    assert peak / ranks < 1800, f"{peak / ranks:.0f} bytes a rank"

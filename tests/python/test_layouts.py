@@ -262,3 +262,27 @@ def test_a_corrupt_huge_rank_is_skipped_naming_its_row(tmp_path):
     assert [str(p) for p in source.problems.kept] == [
         f"{bad}:8: rank 1099511627776 is not an integer in [0, 1,048,575]"]
     assert result.topology.world_size == 8
+
+
+@pytest.mark.parametrize("command", ["analyze", "whatif"])
+def test_dsp_layout_given_by_flags_as_by_the_meta_file(tmp_path, capsys, command):
+    # dp x dsp x pp with dsp 2, as the study's SE job (dp 32 x dsp 2 x pp 2): no meta file beside.
+    path = tmp_path / "trace-flags.parquet"
+    _parquet(path, lambda dp, pp, cp: cp + 2 * (dp + DP * pp), slots=2)
+    extra = ["--no-whatif", "--no-progress"] if command == "analyze" else ["--no-by-worker"]
+    flags = ["--dp", str(DP), "--pp", str(PP), "--tp", "1", "--dsp", "2"]
+    assert main([command, str(path), "--format", "json", *flags, *extra]) == 0
+    by_flags = json.loads(capsys.readouterr().out)
+    _meta(tmp_path / "meta-flags.yaml", dp_size=DP, dsp_size=2, pp_size=PP, tp_size=1)
+    assert main([command, str(path), "--format", "json", *extra]) == 0
+    by_meta = json.loads(capsys.readouterr().out)
+    if command == "analyze":
+        assert by_flags["input"]["topology"] == by_meta["input"]["topology"]
+        assert by_flags["input"]["topology"]["dsp"] == 2 and by_flags["input"]["topology"]["declared"]
+        a = _only_anomaly(by_flags)
+        assert a["ranks"] == [2 * (SLOW[0] + DP * SLOW[1]) + cp for cp in range(2)]
+    else:
+        assert by_flags["slowdown"] == by_meta["slowdown"] and by_flags["input"]["problems"]["total"] == 0
+    # A dsp the records contradict (one slot per worker, two recorded) names the row.
+    assert main([command, str(path), "--format", "json", *flags[:-1], "1", *extra]) == 1
+    assert "one rank too many for worker" in capsys.readouterr().err

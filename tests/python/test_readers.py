@@ -256,6 +256,45 @@ def test_parquet_trace_sums_ops_to_ms(tmp_path):
     assert steps[0].step_ms == pytest.approx(600.0)
 
 
+def _rank_major_and_step_major(tmp_path, ranks: int, steps: int):
+    """The same per-op rows twice: in step order, and in rank order (every step of rank 0,
+    then of rank 1: the files of a per-rank collector concatenated)."""
+    rng = np.random.default_rng(5)
+    rows = [(r, 0, r, s, name, s * 1.0, base * (1 + 0.1 * rng.random()))
+            for s in range(steps) for r in range(ranks) for name, base in (("forward-compute", 0.1),
+                                                                           ("backward-compute", 0.2))]
+    names = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration")
+    paths = []
+    for order, key in (("step", lambda x: (x[3], x[2])), ("rank", lambda x: (x[2], x[3]))):
+        path = tmp_path / f"trace-{order}.parquet"
+        ordered = sorted(rows, key=key)
+        pq.write_table(pa.table({n: [r[i] for r in ordered] for i, n in enumerate(names)}), path)
+        paths.append(str(path))
+    return paths
+
+
+def test_parquet_in_rank_order_reads_as_in_step_order_in_the_same_memory(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from relax_straggler.readers import parquet_trace
+
+    monkeypatch.setattr(parquet_trace, "BATCH_ROWS", 8)  # one rank's rows per batch in rank order
+    peaks, read = [], []
+    for path in _rank_major_and_step_major(tmp_path, ranks=14, steps=4):
+        tracemalloc.start()
+        read.append(list(open_source(path).steps()))
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    by_step, by_rank = read
+    assert [s.step for s in by_rank] == [s.step for s in by_step] == [0, 1, 2, 3]
+    for a, b in zip(by_step, by_rank):
+        np.testing.assert_array_equal(a.ranks, b.ranks)
+        np.testing.assert_allclose(a.ms, b.ms, equal_nan=True)
+        assert a.step_ms == b.step_ms
+    # Rank order used to double the step dimension at each new rank (14 ranks: 32,768 steps held).
+    assert peaks[1] < 2 * peaks[0] + (1 << 20), peaks
+
+
 def test_parquet_bad_rows_name_the_row(tmp_path):
     rows = _healthy()
     rows[1] = rows[1][:6] + (float("nan"),) + rows[1][7:]

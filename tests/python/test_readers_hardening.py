@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+import warnings
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,9 +40,16 @@ def _problems(summary: dict) -> list[str]:
 
 # --- straggler.jsonl ---------------------------------------------------------------------
 
+def _jsonl_lines() -> list[str]:
+    """The straggler.jsonl fixture's 5 reports and 20 more (steps 50-240): two bad lines stay
+    below the tenth of skipped records that leaves no verdict."""
+    lines = _fixture_text("straggler.jsonl").splitlines()
+    return lines + [lines[-1].replace('"step": 40,', f'"step": {step},') for step in range(50, 250, 10)]
+
+
 @pytest.mark.parametrize("step", [str(10**20), str(2**63), "1" * 5001])
 def test_jsonl_step_beyond_int64_is_a_reported_skip(tmp_path, capsys, step):
-    lines = _fixture_text("straggler.jsonl").splitlines()
+    lines = _jsonl_lines()
     lines[1] = lines[1].replace('"step": 10,', f'"step": {step},')
     path = tmp_path / "big-step.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -50,7 +59,7 @@ def test_jsonl_step_beyond_int64_is_a_reported_skip(tmp_path, capsys, step):
 
 
 def test_jsonl_deep_nesting_and_huge_times_are_reported_skips(tmp_path, capsys):
-    lines = _fixture_text("straggler.jsonl").splitlines()
+    lines = _jsonl_lines()
     lines[1] = "[" * 100_000
     lines[2] = lines[2].replace("300.0", "1" + "0" * 400)
     path = tmp_path / "nested.jsonl"
@@ -236,3 +245,85 @@ def test_parquet_with_damaged_column_names_is_refused(tmp_path):
     open(path, "wb").write(bytes(data))
     with pytest.raises(InputError, match=f"{path}: not a readable parquet file"):
         open_source(path)
+
+
+# --- times near the float limit --------------------------------------------------------
+
+
+def _near_limit(fmt: str, path) -> None:
+    """4 steps x 4 ranks of forward / backward; rank 1's are 1e308 ms in step 2."""
+    def ms(step, rank, stage):
+        return 1e308 if (step, rank) == (2, 1) else (10.0 if stage == "forward" else 20.0) + rank
+    if fmt == "straggler-jsonl":
+        path.write_text("".join(json.dumps({"step": s, "stages": ["forward", "backward"],
+                                            "device_ms": [[ms(s, r, "forward"), ms(s, r, "backward")]
+                                                          for r in range(4)]}) + "\n" for s in range(4)))
+    elif fmt == "megatron-log":
+        path.write_text("".join(f" iteration {s}/ 4 |\ntimes across ranks (ms):\n" + "".join(
+            f"  {name}-compute:\n" + "".join(f"     rank {r}: {ms(s, r, name)!r}\n" for r in range(4))
+            for name in ("forward", "backward")) for s in range(4)))
+    else:
+        events = [{"ph": "M", "name": "thread_name", "pid": r, "tid": 0, "args": {"name": "PP rank 0, TP rank 0"}}
+                  for r in range(4)]
+        events += [{"ph": "X", "name": f"{name}-compute", "pid": r, "tid": 0, "ts": 1e6 * s,
+                    "dur": ms(s, r, name) * 1e3, "args": {"step": s}}
+                   for s in range(4) for r in range(4) for name in ("forward", "backward")]
+        path.write_text(json.dumps(events))
+
+
+@pytest.mark.parametrize("fmt, name", [("straggler-jsonl", "near.jsonl"), ("megatron-log", "near.log"),
+                                       ("chrome-trace", "near.json")])
+def test_times_near_the_float_limit_are_skipped_not_summed_to_inf(tmp_path, capsys, fmt, name):
+    path = tmp_path / name
+    _near_limit(fmt, path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an overflow warning is the symptom of a sum that reached inf
+        code, summary, err = _analyze_json(path, capsys)
+        assert main(["analyze", str(path), "--no-progress", "--no-whatif"]) in (0, 1)
+    text = capsys.readouterr().out
+    assert not re.search(r"\binf\b", text, re.IGNORECASE), text
+    problems = summary["input"]["problems"]
+    assert problems["total"] >= 1 and problems["records_skipped"] == problems["total"]
+    assert any(bound in problems["first"][0] for bound in ("1e+14", "1e14", "1e+17")), problems["first"]
+    assert all(v is not None for r in summary["per_rank"] for v in r["mean_ms"].values())
+
+
+# --- long values in a Chrome trace -------------------------------------------------------
+
+
+@pytest.fixture
+def small_windows(monkeypatch):
+    """Chrome trace windows of 512 characters and values of at most 4,096 parsed: the paths
+    of a 100 MB string in a file of kilobytes."""
+    from relax_straggler.readers import chrome_trace
+
+    monkeypatch.setattr(chrome_trace, "CHUNK_BYTES", 512)
+    monkeypatch.setattr(chrome_trace, "MAX_EVENT_CHARS", 4096)
+    return chrome_trace.MAX_EVENT_CHARS
+
+
+def test_chrome_trace_metadata_longer_than_an_event_is_passed_over(tmp_path, capsys, small_windows):
+    events = _fixture_text("timeline-small.json")
+    path = tmp_path / "long-meta.json"
+    path.write_text('{"otherData": {"note": "' + 'x\\"{[' * 5000 + '"}, "traceEvents": ' + events + "}")
+    code, summary, err = _analyze_json(path, capsys)
+    assert code == 0, err
+    plain = tmp_path / "plain.json"
+    plain.write_text(events)
+    assert _analyze_json(plain, capsys)[1]["anomalies"] == summary["anomalies"]
+    assert summary["input"]["problems"]["total"] == 0
+
+
+def test_chrome_trace_event_longer_than_the_limit_is_a_reported_skip(tmp_path, capsys, small_windows):
+    events = json.loads(_fixture_text("timeline-small.json"))
+    events[3]["args"]["stack"] = "y" * 3 * small_windows
+    path = tmp_path / "long-event.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]")
+    code, summary, err = _analyze_json(path, capsys)
+    assert code == 0, err
+    assert summary["input"]["problems"]["by_kind"] == {"oversized": 1}
+    assert _problems(summary)[0].startswith(f"{path}:5: event #3 is 12,")
+    assert summary["input"]["records"] == len(events)  # the skipped event was read
+    path.write_text(path.read_text()[:2000 + 3 * small_windows // 2])  # cut inside the long string
+    code, _, err = _analyze_json(path, capsys)
+    assert code == 1 and f"{path}:5: the input ends inside a value" in err

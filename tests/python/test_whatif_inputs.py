@@ -86,3 +86,18 @@ def test_ar_heatmap_slow_worker_is_the_hottest_compute_cell(tmp_path, capsys):
     others = [i for i, r in enumerate(g.ranks) if (r["dp_rank"], r["pp_rank"]) != (0, 0)]
     assert np.nanmax(g.compute[others]) < 1.5 < np.nanmax(g.compute)
     assert np.nanmax(g.communication) > 10 * np.nanmax(g.compute)
+
+
+@pytest.mark.parametrize("sizes", ["dp_size: 1\npp_size: 4\ntp_size: 2\n",  # ST is dp 2 x pp 4 x tp 1
+                                   "dp_size: 2\npp_size: 2\ntp_size: 2\n"])
+def test_whatif_refuses_a_meta_file_that_contradicts_the_trace(tmp_path, capsys, sizes):
+    # Half of ST's rows fall outside either layout; the rest replayed to S 1.18 with "126 % given
+    # back" under the first, to S 1.49 (ST's is 1.18) under the second.
+    path = tmp_path / "trace-ST.parquet"
+    shutil.copy(DATA / "trace-ST.parquet", path)
+    (tmp_path / "meta-ST.yaml").write_text(sizes)
+    assert main(["whatif", str(path), "--format", "json", "--no-by-worker"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "inconclusive" in captured.err and "records were skipped" in captured.err
+    assert "outside the declared layout" in captured.err

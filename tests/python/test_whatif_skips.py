@@ -86,3 +86,31 @@ def test_no_complete_step_refuses_naming_the_first_problem(tmp_path, capsys):
     path = write_op_jsonl(rows, tmp_path / "ops.jsonl")
     code, _, err = _whatif(path, capsys)
     assert code == 1 and f"{path}: " in err and "no step" in err
+
+
+def test_a_bad_row_in_a_one_step_trace_refuses_rather_than_drop_its_dp_rank(tmp_path, capsys):
+    # Leaving dp_rank 0 out would replay a job of one replica: a confident answer for another job.
+    rows = synthetic_rows(steps=1)
+    bad = next(i for i, r in enumerate(rows) if r["dp_rank"] == 0 and r["optype"] == "forward-compute")
+    rows[bad]["duration_s"] = -1.0
+    path = write_parquet(rows, tmp_path / "trace-one.parquet")
+    code, out, err = _whatif(path, capsys)
+    assert code == 1 and out == {}, out
+    assert "dp_rank 0 runs the ops of the other dp_ranks in no step" in err
+    assert "1 dp_ranks, not the recorded 2" in err and f"{path}:{bad + 1}: duration" in err
+
+
+@pytest.mark.parametrize("sizes", [{"dp_size": 1, "pp_size": 2, "tp_size": 1},  # half the dp_ranks
+                                   {"dp_size": 2, "pp_size": 1, "tp_size": 1}])  # half the stages
+def test_a_meta_file_that_contradicts_the_trace_is_refused(tmp_path, capsys, sizes):
+    path = write_parquet(synthetic_rows(), tmp_path / "trace-syn.parquet")
+    (tmp_path / "meta-syn.yaml").write_text("".join(f"{k}: {v}\n" for k, v in sizes.items()))
+    code, out, err = _whatif(path, capsys)
+    assert code == 1 and out == {}, out
+    assert "inconclusive" in err and "records were skipped" in err and "outside the declared layout" in err
+    # analyze: no verdict either (dp 1 leaves a single rank, an error; pp 1 an inconclusive summary).
+    assert main(["analyze", str(path), "--format", "json", "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    if sizes["pp_size"] == 1:
+        summary = json.loads(out)
+        assert summary["verdict"]["reason"] == "rejected_input" and "inconclusive" in summary["whatif"]["error"]

@@ -9,6 +9,9 @@ namespace relax_straggler::core::ingest {
 namespace {
 
 constexpr std::int32_t kMaxRank = 1 << 20;  // larger rank numbers are taken as corruption
+// The longest time a timer may print, ms (~3,000 years; readers/base.py MAX_TIME_S): beyond it
+// no clock measured it, and sums of such values overflow to inf.
+constexpr double kMaxMs = 1e14;
 
 std::string_view trim_left(std::string_view s) {
   std::size_t i = 0;
@@ -63,7 +66,7 @@ bool split_dotted(std::string_view t, std::string_view& name, std::string_view& 
   return true;
 }
 
-bool usable_ms(double x) { return std::isfinite(x) && x >= 0.0; }
+bool usable_ms(double x) { return std::isfinite(x) && x >= 0.0 && x <= kMaxMs; }
 
 // Timer and argument names: letters, digits and _ . / - (so a name is always valid text).
 bool is_name(std::string_view s) {
@@ -95,7 +98,10 @@ std::string quoted(std::string_view s) {
 
 }  // namespace
 
-void TimerLogScanner::issue(std::string message) { issues_.push_back({line_, std::move(message)}); }
+void TimerLogScanner::issue(std::string message, std::int64_t rejected) {
+  rejected_ += rejected;
+  issues_.push_back({line_, std::move(message), rejected});
+}
 
 void TimerLogScanner::feed(const char* data, std::size_t size) {
   std::size_t start = 0;
@@ -168,10 +174,13 @@ bool TimerLogScanner::parse_block_line(std::string_view text) {
     }
     if (ok) {
       block_.timers.push_back(std::move(v));
+      ++values_;
     } else {
       issue("timer '" + std::string(name) + "': expected " +
-            (block_.form == BlockForm::kMax ? "one time >= 0" : "(min, max) with 0 <= min <= max") + ", got " +
-            quoted(rest));
+                (block_.form == BlockForm::kMax ? "one time in [0, 1e14]" : "(min, max) with 0 <= min <= max <= 1e14") +
+                ", got " +
+                quoted(rest),
+            1);
     }
     return true;
   }
@@ -181,20 +190,21 @@ bool TimerLogScanner::parse_block_line(std::string_view text) {
     double ms = 0.0;
     if (colon == std::string_view::npos || !parse_int(t.substr(4, colon - 4), rank) ||
         !parse_double(t.substr(colon + 1), ms)) {
-      issue("malformed rank line " + quoted(t) + " (expected 'rank <N>: <ms>')");
+      issue("malformed rank line " + quoted(t) + " (expected 'rank <N>: <ms>')", 1);
     } else if (block_.timers.empty()) {
-      issue("rank line before any timer name");
+      issue("rank line before any timer name", 1);
     } else if (rank < 0 || rank >= kMaxRank) {
-      issue("rank " + std::to_string(rank) + " out of range [0, " + std::to_string(kMaxRank) + ")");
+      issue("rank " + std::to_string(rank) + " out of range [0, " + std::to_string(kMaxRank) + ")", 1);
     } else if (!usable_ms(ms)) {
-      issue("rank " + std::to_string(rank) + ": time must be a finite number >= 0 ms, got " +
-            quoted(trim(t.substr(colon + 1))));
+      issue("rank " + std::to_string(rank) + ": time must be a number of ms in [0, 1e14], got " +
+                quoted(trim(t.substr(colon + 1))),
+            1);
     } else {
       TimerValues& timer = block_.timers.back();
       const auto r = static_cast<std::size_t>(rank);
       if (seen_.size() <= r) seen_.resize(r + 1, 0);
       if (seen_[r]) {
-        issue("timer '" + timer.name + "': rank " + std::to_string(rank) + " repeated (first value kept)");
+        issue("timer '" + timer.name + "': rank " + std::to_string(rank) + " repeated (first value kept)", 1);
       } else {
         seen_[r] = 1;
         timer.ranks.push_back(static_cast<std::int32_t>(rank));

@@ -49,6 +49,7 @@ struct TimerBlock {
 struct LineIssue {
   std::int64_t line = 0;
   std::string message;
+  std::int64_t rejected = 0;  // timer values the line held and the scanner skipped (0 or 1)
 };
 
 class TimerLogScanner {
@@ -67,17 +68,21 @@ class TimerLogScanner {
 
   const std::map<std::string, std::string>& arguments() const { return arguments_; }
   std::int64_t lines() const { return line_; }
-  std::int64_t values() const { return values_; }  // rank values accepted so far
+  // Timer values so far (a rank's time in "all" blocks, a timer's line in min/max and max
+  // blocks): accepted, and skipped by an issue. values() + rejected() are the values read.
+  std::int64_t values() const { return values_; }
+  std::int64_t rejected() const { return rejected_; }
 
  private:
   void parse_line(std::string_view line);
   bool parse_block_line(std::string_view text);
   void close_block();
-  void issue(std::string message);
+  void issue(std::string message, std::int64_t rejected = 0);
 
   std::string pending_;
   std::int64_t line_ = 0;
   std::int64_t values_ = 0;
+  std::int64_t rejected_ = 0;
   std::int64_t iteration_ = -1;
   double iteration_ms_ = std::numeric_limits<double>::quiet_NaN();
   bool in_block_ = false;
