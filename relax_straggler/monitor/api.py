@@ -1,6 +1,7 @@
 """The monitor's HTTP API (FastAPI; the schema at /openapi.json, pages at /docs).
 
-    GET    /                      health: version, store status, jobs, check interval
+    GET    /                      health: version, store status, jobs, jobs with problems, check
+                                  interval ("degraded" while the store fails or a job has problems)
     GET    /jobs                  registered jobs with their status
     POST   /jobs/{job_id}         register (201; 200 when registered already); optional JSON
                                   body {"dp", "pp", "tp", "ranks_per_node"} (dp required in it)
@@ -153,9 +154,10 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
     @app.get("/", summary="Health, version and store status", responses=_errors(*_ANY))
     def health() -> dict:
         store = monitor.health()
-        return {"status": "ok" if store["ok"] else "degraded", "version": __version__, "store": store,
-                "jobs": len(monitor.job_ids()), "check_interval_s": monitor.config.check_interval_s,
-                "docs": "/docs", "openapi": "/openapi.json"}
+        problems = monitor.job_problems()
+        return {"status": "ok" if store["ok"] and not problems["count"] else "degraded", "version": __version__,
+                "store": store, "jobs": len(monitor.job_ids()), "job_problems": problems,
+                "check_interval_s": monitor.config.check_interval_s, "docs": "/docs", "openapi": "/openapi.json"}
 
     @app.get("/jobs", summary="Registered jobs and their status", responses=_errors(*_ANY))
     def jobs() -> dict:

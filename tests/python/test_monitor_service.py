@@ -395,3 +395,95 @@ def test_the_longest_legal_job_id_is_polled_like_any_other(tmp_path, file_url):
         assert m.view(job)["iteration_count"] == 10 and m.view("j1")["iteration_count"] == 10
     finally:
         m.stop()
+
+
+def index_path(file_url: str, job: str) -> str:
+    return os.path.join(file_url[len("file://"):], "jobs", job, "index.jsonl")
+
+
+def test_a_damaged_job_index_never_stops_the_polls_of_the_others(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("bad")
+        m.register("good")
+        write_job(file_url, "bad", 10, inject="")
+        with open(index_path(file_url, "bad"), "ab") as f:
+            f.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")  # RecursionError in a JSON parser
+        write_job(file_url, "good", 20, inject="")
+        m.poll_once()
+        assert m.view("good")["iteration_count"] == 20 and m.view("good")["store_problems"] == []
+        bad = m.view("bad")
+        assert bad["iteration_count"] == 10 and bad["poll_error"] is None
+        assert len(bad["store_problems"]) == 1 and "index.jsonl line 11: unreadable index line: nested too deep" \
+            in bad["store_problems"][0]
+        assert m.job_problems() == {"count": 1, "jobs": ["bad"]}
+    finally:
+        m.stop()
+
+
+def test_any_error_reading_one_job_is_that_jobs_alone(tmp_path, file_url, monkeypatch):
+    real = FileStore.iterations
+
+    def failing(self, job, *args, **kwargs):
+        if job == "bad":  # a fault no store check foresaw
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        return real(self, job, *args, **kwargs)
+
+    monkeypatch.setattr(FileStore, "iterations", failing)
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("bad")
+        m.register("good")
+        write_job(file_url, "good", 20, inject="")
+        m.poll_once()
+        assert m.view("good")["iteration_count"] == 20 and m.view("good")["poll_error"] is None
+        assert m.view("bad")["poll_error"] == ("RecursionError: maximum recursion depth exceeded while decoding a "
+                                               "JSON array")
+        assert m.health()["ok"] and m.job_problems() == {"count": 1, "jobs": ["bad"]}
+        monkeypatch.setattr(FileStore, "iterations", real)
+        m.poll_once()
+        assert m.view("bad")["poll_error"] is None and m.job_problems() == {"count": 0, "jobs": []}
+    finally:
+        m.stop()
+
+
+def abandon(m: Monitor) -> None:
+    """Leaves `m` as a kill -9 would: no compaction, no save at stop."""
+    m._pool.shutdown(wait=True)
+    m._journal.close()
+
+
+def test_the_hang_clock_survives_a_restart(tmp_path, file_url):
+    # iterations seen after the job's last saved record arrive again after a restart: they are not new progress
+    clock = Clock()
+    config = MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json"),
+                           trigger=TriggerConfig(hang_threshold_s=60.0))
+    m = Monitor(config, clock=clock)
+    m.register("quiet")
+    write_job(file_url, "quiet", 10, inject="")
+    clock.now += 1.0
+    m.poll_once()
+    write_job(file_url, "quiet", 20, inject="", first=10)
+    clock.now += 10.0
+    m.poll_once()  # iteration 19 seen now; then the job falls silent
+    last_seen = clock.now
+    clock.now += 44.0
+    abandon(m)
+    again = Monitor(config, clock=clock)
+    try:
+        again.poll_once()
+        view = again.view("quiet")
+        assert view["iteration_count"] == 20 and view["status"] == "active"
+        assert view["hang_check"]["seconds_since_last_iteration"] == pytest.approx(44.0)
+        clock.now = last_seen + 68.0
+        again.poll_once()
+        view = again.view("quiet")
+        assert view["status"] == "hanging"
+        assert view["hang_check"]["seconds_since_last_iteration"] == pytest.approx(68.0)
+    finally:
+        again.stop()
+    third = Monitor(config, clock=clock)  # compacted by the stop: still the same clock
+    try:
+        assert third.view("quiet")["hang_check"]["seconds_since_last_iteration"] == pytest.approx(68.0)
+    finally:
+        third.stop()

@@ -168,3 +168,18 @@ def test_state_journal_leaves_no_temporary_file(monitor, tmp_path):
     m.register("a")
     m.stop()
     assert [n for n in os.listdir(tmp_path) if n.startswith("state")] == ["state.json"]
+
+
+def test_a_deeply_nested_journal_line_is_refused_naming_file_and_line(tmp_path, file_url):
+    path = tmp_path / "state.json"
+    path.write_bytes(b'{"version":2,"store":"%s"}\n{"job":"a","record":%s}\n'
+                     % (file_url.encode(), b"[" * 100_000 + b"]" * 100_000))
+    with pytest.raises(ValueError, match=r"state.json: cannot read it: line 2: nested too deep"):
+        Monitor(MonitorConfig(file_url, state_path=str(path)))
+
+
+def test_a_malformed_record_is_refused_naming_its_line(tmp_path, file_url):
+    path = tmp_path / "state.json"
+    path.write_text('{"version":2,"store":"%s"}\n{"job":"a","record":{"registered_at":1}}\n' % file_url)
+    with pytest.raises(ValueError, match=r"state.json line 2: malformed record of job 'a'"):
+        Monitor(MonitorConfig(file_url, state_path=str(path)))
