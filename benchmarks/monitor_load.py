@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/monitor_load.py                      # 200 jobs x 1,024 ranks, 60 s
     .venv/bin/python benchmarks/monitor_load.py --jobs 20 --ranks 64 --duration 20
+    .venv/bin/python benchmarks/monitor_load.py --jobs 1000 --ranks 8 --clients 50 --stragglers 0
 
 What runs, all on 127.0.0.1, bounded by --duration:
   monitor   a `relax-straggler monitor` process over a fresh file store (--check-interval,
@@ -11,8 +12,9 @@ What runs, all on 127.0.0.1, bounded by --duration:
             ranks x 5 timers: forward-compute, backward-compute, optimizer, grads-all-reduce,
             interval-time), one write_table per job and iteration, 1 s step time; the first
             --stragglers jobs get +400 ms of forward on one rank from iteration --slow-from;
-  load      --clients httpx threads in this process, each sending GET /{job}, GET /jobs and
-            GET / in turn with --pause s between requests.
+  load      --clients httpx threads in this process, each sending GET /{job} (twice), GET
+            /jobs (its first page), GET / and GET /metrics in turn with --pause s between
+            requests.
 Reported: the writer's pace (did every second's writes finish within the second), the
 poll cycle (GET /'s last_poll_s, sampled each second, and the poll histogram's mean)
 against the check interval, API latency percentiles per endpoint, and per straggler job
@@ -148,17 +150,18 @@ def main() -> None:
                                   "--jobs", str(args.jobs), "--ranks", str(args.ranks), "--duration",
                                   str(args.duration), "--stragglers", str(args.stragglers), "--slow-from",
                                   str(args.slow_from)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-        latencies: dict[str, list] = {"GET /{job}": [], "GET /jobs": [], "GET /": []}
+        kinds = ("GET /{job}", "GET /{job}", "GET /jobs", "GET /", "GET /metrics")
+        latencies: dict[str, list] = {kind: [] for kind in kinds}
         stop = threading.Event()
 
         def load(seed: int) -> None:
             rng = np.random.default_rng(seed)
             with httpx.Client(base_url=base, timeout=30.0) as c:
-                k = 0
+                k = seed  # the clients start at different requests of the mix
                 while not stop.is_set():
-                    kind = ("GET /{job}", "GET /{job}", "GET /jobs", "GET /")[k % 4]
+                    kind = kinds[k % len(kinds)]
                     path = {"GET /{job}": f"/{jobs[int(rng.integers(len(jobs)))]}", "GET /jobs": "/jobs",
-                            "GET /": "/"}[kind]
+                            "GET /": "/", "GET /metrics": "/metrics"}[kind]
                     t0 = time.perf_counter()
                     c.get(path).raise_for_status()
                     latencies[kind].append(time.perf_counter() - t0)
@@ -199,7 +202,7 @@ def main() -> None:
         monitor.wait(timeout=60)
     report = {
         "jobs": args.jobs, "ranks": args.ranks, "duration_s": args.duration, "check_interval_s": args.check_interval,
-        "writer": written,
+        "writer": written, "metrics_bytes": len(metrics.encode()),
         "poll_s": {"mean": poll_sum / poll_count if poll_count else None, "polls": int(poll_count),
                    "sampled_max": max(polls) if polls else None},
         "api_ms": {kind: {"n": len(v), "p50": percentile(v, 50), "p99": percentile(v, 99), "max": percentile(v, 100)}

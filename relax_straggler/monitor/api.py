@@ -2,7 +2,9 @@
 
     GET    /                      health: version, store status, jobs, jobs with problems, check
                                   interval ("degraded" while the store fails or a job has problems)
-    GET    /jobs                  registered jobs with their status
+    GET    /jobs                  registered jobs with their status, by job id, JOBS_PAGE at a time
+                                  (?offset=N&limit=M, M at most MAX_JOBS_PAGE; next_offset: the
+                                  next page's offset, null on the last)
     POST   /jobs/{job_id}         register (201; 200 when registered already); optional JSON
                                   body {"dp", "pp", "tp", "ranks_per_node"} (dp required in it)
     DELETE /jobs/{job_id}         unregister (404 when unknown)
@@ -10,7 +12,8 @@
     GET    /jobs/{job_id}/results every kept analysis, oldest first
     GET    /detect/{job_id}       register (the mt-detector form; only with allow_get_registration)
     GET    /undetect/{job_id}     unregister (the mt-detector form; likewise)
-    GET    /metrics               Prometheus text format (relax_straggler/monitor/metrics.py)
+    GET    /metrics               Prometheus text format (relax_straggler/monitor/metrics.py; built
+                                  once per change, not per scrape)
     GET    /{job_id}              the job's status: job_id, status, hang_check, slowdown_check
                                   (straggler_prediction {straggler_rank, straggler_node}),
                                   metrics, iteration_count, last_iteration, evidence
@@ -30,11 +33,11 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Annotated, Optional
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Security
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from relax_straggler.monitor.guard import ApiGuard, GuardMiddleware
@@ -45,6 +48,10 @@ from relax_straggler.topology import Topology
 # Job ids as store_base.JOB_ID_PATTERN; "jobs" and "metrics" are routes of their own and
 # cannot be read through GET /{job_id}.
 JobId = Path(pattern=JOB_ID_PATTERN, description="job id: letters, digits and . _ : @ + -, at most 128")
+
+# GET /jobs pages: a page of 1,000 jobs is 80 KB of JSON.
+JOBS_PAGE = 100
+MAX_JOBS_PAGE = 1000
 
 # Strict: JSON true or "4" is not a size (lax parsing made them 1 and 4).
 Size = Annotated[int, Field(strict=True, ge=1)]
@@ -156,20 +163,27 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
         store = monitor.health()
         problems = monitor.job_problems()
         return {"status": "ok" if store["ok"] and not problems["count"] else "degraded", "version": __version__,
-                "store": store, "jobs": len(monitor.job_ids()), "job_problems": problems,
+                "store": store, "jobs": monitor.job_count(), "job_problems": problems,
                 "check_interval_s": monitor.config.check_interval_s, "docs": "/docs", "openapi": "/openapi.json"}
 
-    @app.get("/jobs", summary="Registered jobs and their status", responses=_errors(*_ANY))
-    def jobs() -> dict:
-        return {"jobs": [{"job_id": j["job_id"], "status": j["status"], "iteration_count": j["iteration_count"],
-                          "slow_iterations": j["slow_iterations"], "stragglers": j["stragglers"]}
-                         for j in sorted(monitor.job_numbers(), key=lambda j: j["job_id"])]}
+    @app.get("/jobs", summary="Registered jobs and their status, a page at a time, by job id",
+             responses=_errors(*_ANY, 422))
+    def jobs(offset: int = Query(0, ge=0, description="jobs to skip"),
+             limit: int = Query(JOBS_PAGE, ge=1, le=MAX_JOBS_PAGE, description="jobs in this page")) -> dict:
+        total = monitor.job_count()
+        page = monitor.job_numbers(offset, limit)
+        # JSON already (ints and strings): FastAPI's encoder would take 10x the time on a long page
+        return JSONResponse({"jobs": [{"job_id": j["job_id"], "status": j["status"],
+                                       "iteration_count": j["iteration_count"], "slow_iterations": j["slow_iterations"],
+                                       "stragglers": j["stragglers"]} for j in page],
+                             "total": total, "offset": offset, "limit": limit,
+                             "next_offset": offset + limit if offset + limit < total else None})
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text format"}, **_errors(*_ANY)})
     def metrics() -> Response:
-        return Response(generate_latest(monitor.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(monitor.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/jobs/{job_id}", summary="Register a job", status_code=201, dependencies=[Depends(authorized)],
               responses={200: {"description": "registered already (a body replaces the layout)",

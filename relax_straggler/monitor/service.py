@@ -213,6 +213,7 @@ class Monitor:
                 record.topology = topology
             view = self.view(job_id)
         self._save(job_id)
+        self.metrics.changed()
         return view, created
 
     def unregister(self, job_id: str) -> dict:
@@ -221,22 +222,28 @@ class Monitor:
             view = self.view(job_id)
             del self._jobs[job_id]
         self._save(job_id)
+        self.metrics.changed()
         return view
 
     def job_ids(self) -> list[str]:
         with self._lock:
             return sorted(self._jobs)
 
-    def job_numbers(self) -> list[dict]:
-        """Per registered job: job_id, status, iteration_count, slow_iterations, stragglers
-        (analyses naming a rank), last_ms, baseline_ms (ms; None before the first iteration)."""
+    def job_count(self) -> int:
+        return len(self._jobs)
+
+    def job_numbers(self, offset: int = 0, limit: Optional[int] = None) -> list[dict]:
+        """Per registered job, by job id from the `offset`-th, at most `limit` (None: all):
+        job_id, status, iteration_count, slow_iterations, stragglers (analyses naming a
+        rank), last_ms, baseline_ms (ms; None before the first iteration)."""
         with self._lock:
             now = self.clock()
+            ids = sorted(self._jobs)[offset:None if limit is None else offset + limit]
             return [{"job_id": r.job_id, "status": r.detector.status(now),
                      "iteration_count": r.detector.iteration_count, "slow_iterations": r.detector.slow_iterations,
                      "stragglers": sum(1 for x in r.results if x["straggler_rank"] is not None),
                      "last_ms": r.detector.last_ms, "baseline_ms": r.detector.median_ms}
-                    for r in self._jobs.values()]
+                    for r in (self._jobs[j] for j in ids)]
 
     # --- polling -----------------------------------------------------------------------
 
@@ -296,6 +303,7 @@ class Monitor:
             self._save_seen(seen)
         self.last_poll_s = time.perf_counter() - started
         self.metrics.poll_seconds.observe(self.last_poll_s)
+        self.metrics.refresh()
 
     def _read_hang_answer(self, store: Store, record: JobRecord, last_iteration: Optional[int]) -> None:
         """Looks for the job's hang answer about a step since its last iteration; a
@@ -426,6 +434,7 @@ class Monitor:
             log.info("job %s: iterations %d-%d: %s", record.job_id, window.first_iteration, window.last_iteration,
                      result["verdict"]["summary"])
         self.metrics.analysis_seconds.observe(time.perf_counter() - started)
+        self.metrics.changed()
         self._save(record.job_id)
 
     # --- views -------------------------------------------------------------------------

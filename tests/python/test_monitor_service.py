@@ -487,3 +487,35 @@ def test_the_hang_clock_survives_a_restart(tmp_path, file_url):
         assert third.view("quiet")["hang_check"]["seconds_since_last_iteration"] == pytest.approx(68.0)
     finally:
         third.stop()
+
+
+def test_metrics_are_built_once_per_change_not_per_scrape(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("a")
+        first = m.metrics.text()
+        assert b'straggler_job_iterations{job="a"} 0.0' in first
+        assert m.metrics.text() is first  # nothing changed: the same bytes, not built again
+        m.register("b")
+        assert b'straggler_job_iterations{job="b"} 0.0' in m.metrics.text()
+        write_job(file_url, "a", 10, inject="")
+        scraped = m.metrics.text()
+        m.poll_once()  # the poll thread builds it after each poll
+        built = m.metrics.text()
+        assert built is not scraped and b'straggler_job_iterations{job="a"} 10.0' in built
+        assert m.metrics.text() is built
+    finally:
+        m.stop()
+
+
+def test_job_numbers_come_a_page_at_a_time_by_job_id(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        for k in (3, 1, 2, 0, 4):
+            m.register(f"j{k}")
+        assert [j["job_id"] for j in m.job_numbers()] == ["j0", "j1", "j2", "j3", "j4"]
+        assert [j["job_id"] for j in m.job_numbers(1, 2)] == ["j1", "j2"]
+        assert [j["job_id"] for j in m.job_numbers(4, 2)] == ["j4"] and m.job_numbers(9, 2) == []
+        assert m.job_count() == 5
+    finally:
+        m.stop()
