@@ -21,21 +21,24 @@ only the index lines added since its last call (the per-iteration aggregates are
 memory), so polling a 1,024-rank job costs one small read.
 
 Recovery: the first write of a process to a job (and any write that finds the segment
-longer or shorter than it left it) checks the last segment against the index, under the
-job's lock. Complete frames missing from the index (a writer died between frame and index
-line) are indexed again. A torn frame (a writer died mid-frame), a segment shorter than the
-frames its index names (cut short: a crash, a full disk, a copy cut off) or a missing one
-is reported in `problems` and the log, and writing continues in a new segment, so the
-damaged bytes are never written over, and every frame indexed from then on is one the
-writer has just put at the offset it records. A torn last index line is cut before it is
-rewritten from its frame.
+not as it left it) checks every segment against the index, under the job's lock; a segment
+that grew by whole frames other writers indexed needs only their new index lines. Whole
+frames no index line names (a writer died between frame and index line, or the line was
+lost) are indexed again; bytes that hold no whole frame are reported and never read. A
+torn last frame (a writer died mid-frame), a last segment shorter than the frames its
+index names (cut short: a crash, a full disk, a copy cut off) or a missing one is reported
+in `problems` and the log, and writing continues in a new segment, so the damaged bytes
+are never written over, and every frame indexed from then on is one the writer has just
+put at the offset it records. A torn last index line is cut before it is rewritten from
+its frame.
 
 Damage a reader skips, each reported once with the file and line (`problems`,
 `job_problems(job)`): an index line that is not JSON or not an entry (nested too deep,
 a field of the wrong type or range, a checksum that does not match its text), one that names
 a frame another line named already, or one whose frame lies past the end of its segment or
 in a missing segment (that frame's rows are lost). A frame that fails its checksum when
-read is skipped and reported. The other lines and frames of the job are read as usual.
+read is skipped and reported. The other lines and frames of the job are read as usual. A
+frame whose index line was lost is not seen until the job's next writer indexes it again.
 """
 
 from __future__ import annotations
@@ -152,11 +155,13 @@ class _JobIndex:
 
 @dataclass
 class _Writer:
-    """What a writer process knows of one job: its lock file and where it last appended."""
+    """What a writer process knows of one job: its lock file, where the next frame goes and
+    how much of the index it has read (lines past it were appended by other writers)."""
 
     lock_fd: int
     seg: int = 0
     end: int = -1  # -1: not yet checked
+    index_read: int = 0
 
 
 class FileStore:
@@ -231,9 +236,9 @@ class FileStore:
                     # The offset recorded is where the frame went (the segment's real end), and a
                     # failed write (a full disk) leaves neither half a frame nor half a line.
                     off = _append_to(seg_path, frame)
+                    line = _index_line(_Entry(writer.seg, off, len(frame), rows.num_rows, entry_its))
                     try:
-                        _append_to(os.path.join(job_dir, _INDEX),
-                                   _index_line(_Entry(writer.seg, off, len(frame), rows.num_rows, entry_its)))
+                        writer.index_read = _append_to(os.path.join(job_dir, _INDEX), line) + len(line)
                     except OSError:
                         with contextlib.suppress(OSError):
                             os.truncate(seg_path, off)  # not acknowledged: a retry must not find it indexed again
@@ -245,72 +250,126 @@ class FileStore:
                     fcntl.flock(writer.lock_fd, fcntl.LOCK_UN)
         except OSError as exc:
             if writer is not None:
-                writer.end = -1  # the next write checks the tail again
+                writer.end = -1  # the next write checks the segments again
             raise StoreError(f"{self.url}: cannot append to job {job!r} in {job_dir}: {exc}") from None
 
     def _check_tail(self, job: str, job_dir: str, writer: _Writer) -> None:
-        """Makes (writer.seg, writer.end) the end of the last good frame, where the next one
-        goes (see the module docstring: re-indexes complete frames, moves to a new segment
-        past a torn frame or a segment cut short or missing). Holds the job lock."""
+        """Makes (writer.seg, writer.end) the place of the next frame. Holds the job lock.
+        When the segment is as this writer left it, or other writers appended whole frames
+        named by index lines, nothing else is read; otherwise every segment is checked."""
         if writer.end >= 0:
             try:
-                if os.path.getsize(os.path.join(job_dir, _segment_name(writer.seg))) == writer.end:
-                    return
+                size = os.path.getsize(os.path.join(job_dir, _segment_name(writer.seg)))
             except FileNotFoundError:
-                if writer.end == 0:
-                    return
-        entries = self._index_entries(job, job_dir)
-        writer.seg = max([*_segment_numbers(job_dir), *(e.seg for e in entries)], default=1)
-        indexed = [e for e in entries if e.seg == writer.seg]
-        indexed_end = max((e.end for e in indexed), default=0)
-        seg_path = os.path.join(job_dir, _segment_name(writer.seg))
-        try:
-            size = os.path.getsize(seg_path)
-        except FileNotFoundError:
-            size = None
-        if size is None or size < indexed_end:
-            if not indexed:  # a new job, or a new segment not written yet
-                writer.end = 0
+                size = None if writer.end else 0
+            if size == writer.end or (size is not None and size > writer.end and
+                                      self._caught_up(job_dir, writer, size)):
                 return
-            lost = [e for e in indexed if size is None or e.end > size]
-            what = "is missing" if size is None else f"was cut short: {size:,} bytes, its index names frames up to " \
-                                                     f"byte {indexed_end:,}"
-            self._problem(job, f"{seg_path} {what} (a crash, a full disk or a copy cut off); the rows of "
-                               f"{len(lost)} indexed frame(s) ({_iterations_of(lost)}) are lost; writing continues "
-                               f"in {_segment_name(writer.seg + 1)}")
+        self._recover(job, job_dir, writer)
+
+    def _caught_up(self, job_dir: str, writer: _Writer, size: int) -> bool:
+        """True (and the writer moved to `size`) when the index lines added since the writer
+        last read it name frames that fill its segment from writer.end to `size` exactly."""
+        with open(os.path.join(job_dir, _INDEX), "rb") as f:
+            f.seek(writer.index_read)
+            data = f.read()
+        if not data.endswith(b"\n"):
+            return False
+        pos = writer.end
+        try:
+            entries = sorted((_parse_index_line(line) for line in data[:-1].split(b"\n")), key=lambda e: e.off)
+        except ValueError:
+            return False
+        for e in entries:
+            if e.seg != writer.seg or e.off != pos:
+                return False
+            pos = e.end
+        if pos != size:
+            return False
+        writer.end, writer.index_read = size, writer.index_read + len(data)
+        return True
+
+    def _recover(self, job: str, job_dir: str, writer: _Writer) -> None:
+        """Checks every segment against the index (see the module docstring): frames no index
+        line names (a writer died before its line, or the line was lost) are indexed again;
+        bytes that hold no whole frame are reported; the next frame goes at the end of the
+        last segment, or into a new one when that one is torn, cut short or missing."""
+        entries, writer.index_read = self._index_entries(job, job_dir)
+        by_seg: dict[int, list[_Entry]] = {}
+        for e in entries:
+            by_seg.setdefault(e.seg, []).append(e)
+        segments = _segment_numbers(job_dir)
+        last = max([*segments, *by_seg], default=1)
+        for seg in segments:
+            seg_path = os.path.join(job_dir, _segment_name(seg))
+            size = os.path.getsize(seg_path)
+            named = sorted((e.off, e.end) for e in by_seg.get(seg, ()) if e.end <= size)
+            pos, clean = 0, True
+            for off, end in named:
+                if off > pos:
+                    clean = self._index_frames_in(job, job_dir, seg, pos, off) and clean
+                pos = max(pos, end)
+            cut_short = any(e.end > size for e in by_seg.get(seg, ()))
+            if seg == last and cut_short:
+                lost = [e for e in by_seg[seg] if e.end > size]
+                self._problem(job, f"{seg_path} was cut short: {size:,} bytes, its index names frames up to byte "
+                                   f"{max(e.end for e in lost):,} (a crash, a full disk or a copy cut off); the rows "
+                                   f"of {len(lost)} indexed frame(s) ({_iterations_of(lost)}) are lost; writing "
+                                   f"continues in {_segment_name(seg + 1)}")
+            elif pos < size:
+                clean = self._index_frames_in(job, job_dir, seg, pos, size,
+                                              f"; writing continues in {_segment_name(seg + 1)}" if seg == last else "") \
+                    and clean
+            if seg == last:
+                if cut_short or not clean and pos < size:
+                    writer.seg, writer.end = seg + 1, 0
+                else:
+                    writer.seg, writer.end = seg, size
+        if last not in segments:
+            if by_seg.get(last):
+                self._problem(job, f"{os.path.join(job_dir, _segment_name(last))} is missing (removed, or a copy "
+                                   f"left it out); the rows of {len(by_seg[last])} indexed frame(s) "
+                                   f"({_iterations_of(by_seg[last])}) are lost; writing continues in "
+                                   f"{_segment_name(last + 1)}")
+                last += 1
+            writer.seg, writer.end = last, 0  # a new job, or a new segment not written yet
+        if writer.end >= SEGMENT_BYTES:
             writer.seg, writer.end = writer.seg + 1, 0
-            return
+
+    def _index_frames_in(self, job: str, job_dir: str, seg: int, start: int, stop: int, then: str = "") -> bool:
+        """Indexes the whole frames in bytes [start, stop) of segment `seg` that no index
+        line names. False (reported, `then` ending the message) when some of those bytes hold
+        no whole frame: the frames before them are indexed, the bytes from there to `stop`
+        are never read."""
+        seg_path = os.path.join(job_dir, _segment_name(seg))
         with open(seg_path, "rb") as f:
-            f.seek(indexed_end)
-            data = f.read()  # only what follows the last indexed frame
+            f.seek(start)
+            data = f.read(stop - start)
         pos = 0
         while pos < len(data):
             payload = _frame_at(data, pos)
             rows = None if payload is None else _decoded(payload)
             if rows is None:
-                self._problem(job, f"{seg_path}: torn or corrupt frame at byte {indexed_end + pos} of "
-                                   f"{indexed_end + len(data)} (a writer stopped mid-write); the earlier frames are "
-                                   f"kept, writing continues in {_segment_name(writer.seg + 1)}")
-                writer.seg, writer.end = writer.seg + 1, 0
-                return
+                self._problem(job, f"{seg_path}: torn or corrupt frame at byte {start + pos:,} (up to byte {stop:,} "
+                                   "no whole frame: a writer stopped mid-write, or the bytes were damaged); the frames "
+                                   f"before are kept, these bytes are never read{then}")
+                return False
             _append_to(os.path.join(job_dir, _INDEX),
-                       _index_line(_Entry(writer.seg, indexed_end + pos, _HEADER.size + len(payload), rows.num_rows,
+                       _index_line(_Entry(seg, start + pos, _HEADER.size + len(payload), rows.num_rows,
                                           _iteration_aggregates(rows))))
-            log.info("%s: frame at byte %d was missing from the index; indexed again", seg_path, indexed_end + pos)
+            log.info("%s: the frame at byte %d was named by no index line; indexed again", seg_path, start + pos)
             pos += _HEADER.size + len(payload)
-        writer.end = indexed_end + pos
-        if writer.end >= SEGMENT_BYTES:
-            writer.seg, writer.end = writer.seg + 1, 0
+        return True
 
-    def _index_entries(self, job: str, job_dir: str) -> list[_Entry]:
-        """The index's readable entries (damaged lines reported and left out); a torn last
-        line (no newline) is cut off. Holds the job lock."""
+    def _index_entries(self, job: str, job_dir: str) -> tuple[list[_Entry], int]:
+        """The index's readable entries (damaged lines reported and left out) and its size;
+        a torn last line (no newline) is cut off. Holds the job lock."""
         path = os.path.join(job_dir, _INDEX)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return []
+            return [], 0
         end = data.rfind(b"\n") + 1
         if end < len(data):
             self._problem(job, f"{path}: torn last line ({len(data) - end} bytes) cut; its frame is indexed again")
@@ -323,7 +382,7 @@ class FileStore:
                     entries.append(_parse_index_line(line))
                 except ValueError as exc:
                     self._problem(job, f"{path} line {number}: unreadable index line: {exc}; left out")
-        return entries
+        return entries, end
 
     # --- reading ---------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from relax_straggler.stores import file as file_module
 from relax_straggler.stores.file import FileStore
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 
@@ -301,3 +302,25 @@ def test_frames_damaged_after_they_were_indexed_are_skipped_and_reported(tmp_pat
     assert readable(reader, "k", 3) == {}
     assert "fails its checksum" in reader.job_problems("j")[0] and "iteration 0" in reader.job_problems("j")[0]
     assert "is missing" in reader.job_problems("k")[0]
+
+
+@pytest.mark.parametrize("damage", ["a middle line deleted", "the index removed", "the index cut at a line"])
+def test_frames_whose_index_lines_were_lost_are_indexed_again_by_the_next_writer(tmp_path, monkeypatch, damage):
+    monkeypatch.setattr(file_module, "SEGMENT_BYTES", 6000)  # a few frames per segment: several segments
+    store = FileStore(str(tmp_path))
+    for it in range(12):
+        store.write(rows("j", [it]))
+    store.close()
+    assert len([n for n in os.listdir(job_dir(store, "j")) if n.startswith("seg-")]) >= 3
+    index = os.path.join(job_dir(store, "j"), "index.jsonl")
+    lines = open(index, "rb").read().splitlines(keepends=True)
+    kept = {"a middle line deleted": lines[:2] + lines[3:], "the index removed": [],
+            "the index cut at a line": lines[:5]}[damage]
+    with open(index, "wb") as f:
+        f.write(b"".join(kept))
+    writer = FileStore(str(tmp_path))
+    writer.write(rows("j", [12]))
+    assert writer.problems == []  # every frame was whole: nothing lost, nothing to report
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == list(range(13))
+    assert readable(reader, "j", 12) == {it: 8 for it in range(13)} and reader.problems == []
