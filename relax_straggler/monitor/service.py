@@ -230,6 +230,7 @@ class Monitor:
             return sorted(self._jobs)
 
     def job_count(self) -> int:
+        """Registered jobs."""
         return len(self._jobs)
 
     def job_numbers(self, offset: int = 0, limit: Optional[int] = None) -> list[dict]:
@@ -267,8 +268,10 @@ class Monitor:
                     self._job_failed(record, str(exc))  # this job's alone: the others are read as usual
                     continue
                 except Exception as exc:  # anything its data provokes (e.g. a RecursionError) is this job's too
-                    log.exception("job %s: reading its iterations failed", job_id)
-                    self._job_failed(record, f"{type(exc).__name__}: {exc}")
+                    error = f"{type(exc).__name__}: {exc}"
+                    if record.poll_error != error:  # its traceback once, not at every poll
+                        log.exception("job %s: reading its iterations failed", job_id)
+                    self._job_failed(record, error)
                     continue
                 try:
                     with self._lock:

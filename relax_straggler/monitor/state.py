@@ -12,10 +12,10 @@ acknowledged), so its cost does not grow with the number of jobs, and a process 
 any moment (kill -9) loses nothing acknowledged: the bytes are in the kernel once write()
 returns; a write that fails (a full disk) leaves no part of its line. A poll that saw new
 iterations appends one "seen" line per such job, in one write. A torn last line (a write
-cut off mid-line) is dropped at load; it was never acknowledged. The journal is compacted (rewritten with one line per job, to a temporary file
-renamed over it) at start, at stop and whenever it grows past COMPACT_FACTOR times its live
-lines plus COMPACT_MIN_BYTES, so its size stays proportional to the state and compaction
-costs O(1) per change on average.
+cut off mid-line) is dropped at load; it was never acknowledged. The journal is compacted
+(rewritten with one line per job, to a temporary file renamed over it) at start, at stop
+and whenever it grows past COMPACT_FACTOR times its live lines plus COMPACT_MIN_BYTES, so
+its size stays proportional to the state and compaction costs O(1) per change on average.
 
 A version 1 state file (one JSON object {"version": 1, "store", "jobs": {ID: record}}) is
 read as well; the compaction at start rewrites it as a journal.

@@ -195,7 +195,8 @@ class JobDetector:
         return {"registered_at": self.registered_at, "baseline": list(self.baseline),
                 "slow_streak": list(self.slow_streak), "normal_streak": self.normal_streak,
                 "detected": self.detected, "last_progress": self.last_progress,
-                "last_iteration": self.last_iteration, "seen_before": self.seen_before, "last_growth": self.last_growth, "last_slow": self.last_slow,
+                "last_iteration": self.last_iteration, "seen_before": self.seen_before,
+                "last_growth": self.last_growth, "last_slow": self.last_slow,
                 "iteration_count": self.iteration_count, "slow_iterations": self.slow_iterations,
                 "sum_ms": self.sum_ms, "min_ms": self.min_ms if self.iteration_count else None,
                 "max_ms": self.max_ms if self.iteration_count else None, "last_ms": self.last_ms}

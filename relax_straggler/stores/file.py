@@ -304,27 +304,24 @@ class FileStore:
             seg_path = os.path.join(job_dir, _segment_name(seg))
             size = os.path.getsize(seg_path)
             named = sorted((e.off, e.end) for e in by_seg.get(seg, ()) if e.end <= size)
-            pos, clean = 0, True
+            pos = 0
             for off, end in named:
-                if off > pos:
-                    clean = self._index_frames_in(job, job_dir, seg, pos, off) and clean
+                if off > pos:  # bytes no line names between two frames (damage there is reported)
+                    self._index_frames_in(job, job_dir, seg, pos, off)
                 pos = max(pos, end)
-            cut_short = any(e.end > size for e in by_seg.get(seg, ()))
-            if seg == last and cut_short:
-                lost = [e for e in by_seg[seg] if e.end > size]
+            lost = [e for e in by_seg.get(seg, ()) if e.end > size]
+            if seg != last:
+                if pos < size:
+                    self._index_frames_in(job, job_dir, seg, pos, size)
+                continue
+            if lost:
                 self._problem(job, f"{seg_path} was cut short: {size:,} bytes, its index names frames up to byte "
                                    f"{max(e.end for e in lost):,} (a crash, a full disk or a copy cut off); the rows "
                                    f"of {len(lost)} indexed frame(s) ({_iterations_of(lost)}) are lost; writing "
                                    f"continues in {_segment_name(seg + 1)}")
-            elif pos < size:
-                clean = self._index_frames_in(job, job_dir, seg, pos, size,
-                                              f"; writing continues in {_segment_name(seg + 1)}" if seg == last else "") \
-                    and clean
-            if seg == last:
-                if cut_short or not clean and pos < size:
-                    writer.seg, writer.end = seg + 1, 0
-                else:
-                    writer.seg, writer.end = seg, size
+            then = f"; writing continues in {_segment_name(seg + 1)}"
+            whole = pos == size or self._index_frames_in(job, job_dir, seg, pos, size, None if lost else then)
+            writer.seg, writer.end = (seg, size) if whole and not lost else (seg + 1, 0)
         if last not in segments:
             if by_seg.get(last):
                 self._problem(job, f"{os.path.join(job_dir, _segment_name(last))} is missing (removed, or a copy "
@@ -336,11 +333,12 @@ class FileStore:
         if writer.end >= SEGMENT_BYTES:
             writer.seg, writer.end = writer.seg + 1, 0
 
-    def _index_frames_in(self, job: str, job_dir: str, seg: int, start: int, stop: int, then: str = "") -> bool:
+    def _index_frames_in(self, job: str, job_dir: str, seg: int, start: int, stop: int,
+                         then: Optional[str] = "") -> bool:
         """Indexes the whole frames in bytes [start, stop) of segment `seg` that no index
-        line names. False (reported, `then` ending the message) when some of those bytes hold
-        no whole frame: the frames before them are indexed, the bytes from there to `stop`
-        are never read."""
+        line names. False when some of those bytes hold no whole frame: the frames before
+        them are indexed, the bytes from there to `stop` are never read, and a problem says
+        so, `then` ending its message (None: not reported, the caller reported the cause)."""
         seg_path = os.path.join(job_dir, _segment_name(seg))
         with open(seg_path, "rb") as f:
             f.seek(start)
@@ -350,6 +348,8 @@ class FileStore:
             payload = _frame_at(data, pos)
             rows = None if payload is None else _decoded(payload)
             if rows is None:
+                if then is None:
+                    return False
                 self._problem(job, f"{seg_path}: torn or corrupt frame at byte {start + pos:,} (up to byte {stop:,} "
                                    "no whole frame: a writer stopped mid-write, or the bytes were damaged); the frames "
                                    f"before are kept, these bytes are never read{then}")
