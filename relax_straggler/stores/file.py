@@ -294,7 +294,7 @@ class FileStore:
         line names (a writer died before its line, or the line was lost) are indexed again;
         bytes that hold no whole frame are reported; the next frame goes at the end of the
         last segment, or into a new one when that one is torn, cut short or missing."""
-        entries, writer.index_read = self._index_entries(job, job_dir)
+        entries = self._index_entries(job, job_dir)
         by_seg: dict[int, list[_Entry]] = {}
         for e in entries:
             by_seg.setdefault(e.seg, []).append(e)
@@ -332,6 +332,8 @@ class FileStore:
             writer.seg, writer.end = last, 0  # a new job, or a new segment not written yet
         if writer.end >= SEGMENT_BYTES:
             writer.seg, writer.end = writer.seg + 1, 0
+        index = os.path.join(job_dir, _INDEX)
+        writer.index_read = os.path.getsize(index) if os.path.exists(index) else 0  # the lines indexed again too
 
     def _index_frames_in(self, job: str, job_dir: str, seg: int, start: int, stop: int,
                          then: Optional[str] = "") -> bool:
@@ -361,15 +363,15 @@ class FileStore:
             pos += _HEADER.size + len(payload)
         return True
 
-    def _index_entries(self, job: str, job_dir: str) -> tuple[list[_Entry], int]:
-        """The index's readable entries (damaged lines reported and left out) and its size;
-        a torn last line (no newline) is cut off. Holds the job lock."""
+    def _index_entries(self, job: str, job_dir: str) -> list[_Entry]:
+        """The index's readable entries (damaged lines reported and left out); a torn last
+        line (no newline) is cut off. Holds the job lock."""
         path = os.path.join(job_dir, _INDEX)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return [], 0
+            return []
         end = data.rfind(b"\n") + 1
         if end < len(data):
             self._problem(job, f"{path}: torn last line ({len(data) - end} bytes) cut; its frame is indexed again")
@@ -382,7 +384,7 @@ class FileStore:
                     entries.append(_parse_index_line(line))
                 except ValueError as exc:
                     self._problem(job, f"{path} line {number}: unreadable index line: {exc}; left out")
-        return entries, end
+        return entries
 
     # --- reading ---------------------------------------------------------------------
 
