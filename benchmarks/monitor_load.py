@@ -52,7 +52,9 @@ def straggler_rank(job_index: int, ranks: int) -> int:
 
 
 def writer(args: argparse.Namespace) -> None:
-    """The writer process: one iteration per second per job for --duration s; prints JSON."""
+    """The writer process: one iteration per second per job for --duration s (fewer when the
+    writes of one iteration take more than a second: it stops at the end, mid-iteration if
+    need be); prints JSON."""
     import pyarrow as pa
 
     from relax_straggler.monitor.replay import Injection, Synthetic, inject, step_table
@@ -71,14 +73,20 @@ def writer(args: argparse.Namespace) -> None:
     names = templates[0][0].schema.names
     ts_col, it_col = names.index("timestamp"), names.index("iteration")
     start = time.time() + 0.5
-    lags, write_s, rows = [], [], 0
+    end = start + args.duration
+    lags, write_s, rows, iterations = [], [], 0, 0
     last_slow_written = None  # when the 5th slow iteration (the trigger's last) was written, s
     for it in range(int(args.duration)):
         slot = start + it
         pause = slot - time.time()
         if pause > 0:
             time.sleep(pause)
+        if time.time() >= end:
+            break
+        iterations += 1
         for normal, slow in templates:
+            if time.time() >= end:
+                break
             table = slow if slow is not None and it >= args.slow_from else normal
             n = table.num_rows
             now = time.time()
@@ -91,7 +99,7 @@ def writer(args: argparse.Namespace) -> None:
         lags.append(time.time() - slot)
         if it == args.slow_from + 4:
             last_slow_written = time.time()
-    print(json.dumps({"iterations": int(args.duration), "writes": len(write_s), "rows": rows,
+    print(json.dumps({"iterations": iterations, "writes": len(write_s), "rows": rows,
                       "write_ms_mean": 1000 * statistics.fmean(write_s), "write_ms_max": 1000 * max(write_s),
                       "second_used_max": max(lags), "second_used_mean": statistics.fmean(lags),
                       "last_slow_written": last_slow_written}))
