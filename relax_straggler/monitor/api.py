@@ -185,8 +185,11 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text format"}, **_errors(*_ANY)})
-    def metrics() -> Response:
-        return Response(monitor.metrics.text(), media_type=CONTENT_TYPE_LATEST)
+    def metrics(request: Request) -> Response:
+        if _accepts_gzip(request.headers.get("accept-encoding", "")):
+            return Response(monitor.metrics.text(gzipped=True), media_type=CONTENT_TYPE_LATEST,
+                            headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        return Response(monitor.metrics.text(), media_type=CONTENT_TYPE_LATEST, headers={"Vary": "Accept-Encoding"})
 
     @app.post("/jobs/{job_id}", summary="Register a job", status_code=201, dependencies=[Depends(authorized)],
               responses={200: {"description": "registered already (a body replaces the layout)",
@@ -243,3 +246,17 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
         return view(job_id)
 
     return app
+
+
+def _accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header value takes gzip (RFC 9110 section 12.5.3: "gzip"
+    or "*", not with q=0)."""
+    for part in accept_encoding.split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            name, _, value = params.strip().partition("=")
+            try:
+                return name.strip().lower() != "q" or float(value) > 0
+            except ValueError:
+                return False
+    return False

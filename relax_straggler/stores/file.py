@@ -513,6 +513,8 @@ class FileStore:
         job_dir = os.path.join(self._jobs_dir, _job_dir_name(job))
         path = os.path.join(job_dir, _INDEX)
         try:
+            if index.offset and os.path.getsize(path) == index.offset:
+                return index  # nothing new: one stat, the monitor's poll of a quiet job
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size < index.offset:  # cut by a recovering writer: read it again

@@ -376,3 +376,16 @@ def test_jobs_are_listed_a_page_at_a_time(servers, file_url, tmp_path):
     for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"limit": "x"}):
         r = c.get("/jobs", params=bad)
         assert r.status_code == 422 and ("limit" in r.json()["detail"] or "offset" in r.json()["detail"])
+
+
+def test_metrics_are_served_gzipped_to_clients_that_take_it(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    server.client.post("/jobs/a")
+    plain = server.client.get("/metrics", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and 'straggler_job_iterations{job="a"}' in plain.text
+    for accept in ("gzip", "br, gzip;q=0.5", "*"):
+        r = server.client.get("/metrics", headers={"accept-encoding": accept})
+        assert r.headers["content-encoding"] == "gzip" and r.text == plain.text  # httpx decodes it
+    r = server.client.get("/metrics", headers={"accept-encoding": "gzip;q=0"})
+    assert "content-encoding" not in r.headers

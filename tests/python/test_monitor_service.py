@@ -3,6 +3,7 @@ test (poll_once), a real file store, the analysis pool, the state file, store ou
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from relax_straggler.monitor import metrics as metrics_module
 from relax_straggler.monitor.replay import Injection, Synthetic, replay
 from relax_straggler.monitor.service import Monitor, MonitorConfig
 from relax_straggler.monitor.state import read_state
@@ -504,6 +506,35 @@ def test_metrics_are_built_once_per_change_not_per_scrape(tmp_path, file_url):
         built = m.metrics.text()
         assert built is not scraped and b'straggler_job_iterations{job="a"} 10.0' in built
         assert m.metrics.text() is built
+    finally:
+        m.stop()
+
+
+def test_polls_rebuild_the_metrics_at_most_a_tenth_of_the_time(tmp_path, file_url, monkeypatch):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("a")
+        write_job(file_url, "a", 5, inject="")
+        clock = [100.0]
+        monkeypatch.setattr(metrics_module.time, "monotonic", lambda: clock[0])
+        built = {"n": 0}
+        real_generate = metrics_module.generate_latest
+
+        def generate(registry) -> bytes:  # a build of 0.3 s
+            built["n"] += 1
+            clock[0] += 0.3
+            return real_generate(registry)
+
+        monkeypatch.setattr(metrics_module, "generate_latest", generate)
+        first = m.metrics.text()  # built at 100.0-100.3: the next build from 103.0 on
+        m.poll_once()  # scraped, but within 3 s of the build
+        assert built["n"] == 1 and m.metrics.text() is first
+        clock[0] = 103.0
+        m.poll_once()
+        assert built["n"] == 2 and b'straggler_job_iterations{job="a"} 5.0' in m.metrics.text()
+        m.register("b")  # a change: the next scrape shows it at once
+        assert b'job="b"' in m.metrics.text() and built["n"] == 3
+        assert gzip.decompress(m.metrics.text(gzipped=True)) == m.metrics.text()
     finally:
         m.stop()
 
