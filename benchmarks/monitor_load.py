@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/monitor_load.py                      # 200 jobs x 1,024 ranks, 60 s
     .venv/bin/python benchmarks/monitor_load.py --jobs 20 --ranks 64 --duration 20
-    .venv/bin/python benchmarks/monitor_load.py --jobs 1000 --ranks 8 --clients 50 --stragglers 0
+    .venv/bin/python benchmarks/monitor_load.py --jobs 1000 --ranks 8 --clients 50 --stragglers 0 [--monitor-cpus 1]
 
 What runs, all on 127.0.0.1, bounded by --duration:
   monitor   a `relax-straggler monitor` process over a fresh file store (--check-interval,
@@ -15,6 +15,8 @@ What runs, all on 127.0.0.1, bounded by --duration:
   load      --clients httpx threads in this process, each sending GET /{job} (twice), GET
             /jobs (its first page), GET / and GET /metrics in turn with --pause s between
             requests.
+With --monitor-cpus N the monitor runs on the first N CPUs and the writer and the load on
+the others (a service with cores of its own); by default all three share every CPU.
 Reported: the writer's pace (did every second's writes finish within the second), the
 poll cycle (GET /'s last_poll_s, sampled each second, and the poll histogram's mean)
 against the check interval, API latency percentiles per endpoint, and per straggler job
@@ -125,6 +127,9 @@ def main() -> None:
     p.add_argument("--slow-from", type=int, default=20, help="iteration the stragglers start at")
     p.add_argument("--clients", type=int, default=4, help="API load threads")
     p.add_argument("--pause", type=float, default=0.01, help="s between two requests of one client")
+    p.add_argument("--monitor-cpus", type=int, default=0, metavar="N",
+                   help="give the monitor the first N CPUs and the writer and the load the others, as a "
+                        "service has its own cores (default 0: all processes share every CPU)")
     p.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -133,12 +138,19 @@ def main() -> None:
         return
     import httpx
 
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 0 <= args.monitor_cpus < len(cpus):
+        raise SystemExit(f"--monitor-cpus must be in [0, {len(cpus) - 1}] on this machine")
+    monitor_cpus, other_cpus = (cpus[:args.monitor_cpus], cpus[args.monitor_cpus:]) if args.monitor_cpus \
+        else (cpus, cpus)
+    os.sched_setaffinity(0, other_cpus)  # this process (the load) and the writer it starts
     workdir = tempfile.mkdtemp(prefix="monitor-load-")
     store = f"file://{workdir}/store"
     port = free_port()
     monitor = subprocess.Popen(CLI + ["monitor", "--store", store, "--port", str(port), "--check-interval",
                                       str(args.check_interval), "--hang-threshold", "30"],
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(f"{workdir}/monitor.log", "w"))
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(f"{workdir}/monitor.log", "w"),
+                               preexec_fn=lambda: os.sched_setaffinity(0, monitor_cpus))
     base = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=base, timeout=30.0)
     try:
@@ -210,6 +222,7 @@ def main() -> None:
         monitor.wait(timeout=60)
     report = {
         "jobs": args.jobs, "ranks": args.ranks, "duration_s": args.duration, "check_interval_s": args.check_interval,
+        "clients": args.clients, "cpus": {"monitor": monitor_cpus, "writer and load": other_cpus},
         "writer": written, "metrics_bytes": len(metrics.encode()),
         "poll_s": {"mean": poll_sum / poll_count if poll_count else None, "polls": int(poll_count),
                    "sampled_max": max(polls) if polls else None},
