@@ -17,7 +17,7 @@ Monitor:
     straggler_monitor_analysis_seconds        histogram of one analysis (queue wait excluded), s
     straggler_monitor_store_errors_total      store errors (each one drops the connection)
     straggler_monitor_store_up                1 while the store answers
-    straggler_monitor_jobs_with_problems      jobs with a poll_error or store_problems
+    straggler_monitor_jobs_with_problems      jobs with a poll_error (a failed read, damaged data skipped)
 
 The text is built once per change, not per scrape (at 1,000 jobs it is 450-570 KB and takes
 0.1-0.4 s to build), and kept gzip-compressed as well (20x smaller, for clients that accept

@@ -8,8 +8,9 @@ the state file.
 - Each job is polled on its own: any error reading one job (a StoreError while the store
   still answers a ping, or anything else its data provokes) is that job's (its `poll_error`,
   cleared by its next good read), and the other jobs are polled as usual. Damage the store
-  skipped in a job's data (Store.job_problems) is kept in its `store_problems`. `GET /`
-  counts the jobs with either (`job_problems`).
+  skipped in a job's data (Store.job_problems) is kept in its `store_problems`, and its
+  `poll_error` says so while there is any. `GET /` counts the jobs with a `poll_error`
+  (`job_problems`).
 - A StoreError with the store not answering closes the store; it is opened again with
   exponential backoff (0.5 s doubling up to 30 s), and `health()` reports the error until then.
 - Registered jobs (registration time, topology, detector state, results, a window whose
@@ -97,7 +98,8 @@ class JobRecord:
     """One registered job. results: finished analyses, oldest first (range_analysis dicts);
     pending: the window being analysed; error: why the last analysis failed, if it did;
     transitions: [[s since the epoch, status], ...], each change of status the monitor saw;
-    poll_error: why the last read of its iterations failed, None after a good one (not saved);
+    poll_error: why the last read of its iterations failed, or that it skipped damaged data
+    (store_problems), None after a good one (not saved);
     store_problems: damage the store skipped in the job's data (Store.job_problems; not saved);
     hang_answer: while it hangs, the job's own answer of which rank and collective hold it
     (relax_straggler.stores.hang_rows), once it is in the store (not saved: read again)."""
@@ -286,8 +288,10 @@ class Monitor:
                         if record.pending is not None and not record.in_flight:  # new, or cut off by a restart
                             record.detector.predicting = True
                             self._submit(record, record.pending)
-                        record.poll_error = None
                         record.store_problems = problems
+                        record.poll_error = None if not problems else (
+                            f"the store skipped damaged data of this job ({len(problems)} problem(s), listed in "
+                            f"store_problems), the latest: {problems[-1]}")
                         if new:
                             seen[job_id] = (record.detector.last_iteration, record.detector.last_progress)
                         if record.note_status(now):
@@ -327,10 +331,10 @@ class Monitor:
                 record.hang_answer = answer
 
     def job_problems(self, shown: int = 20) -> dict:
-        """{"count": jobs with a poll_error or store_problems, "jobs": the first `shown` of
-        their ids, sorted}."""
+        """{"count": jobs with a poll_error (a failed read, or damaged data skipped), "jobs":
+        the first `shown` of their ids, sorted}."""
         with self._lock:
-            ids = sorted(j for j, r in self._jobs.items() if r.poll_error is not None or r.store_problems)
+            ids = sorted(j for j, r in self._jobs.items() if r.poll_error is not None)
         return {"count": len(ids), "jobs": ids[:shown]}
 
     def _job_failed(self, record: JobRecord, error: str) -> None:

@@ -415,9 +415,10 @@ def test_a_damaged_job_index_never_stops_the_polls_of_the_others(tmp_path, file_
         m.poll_once()
         assert m.view("good")["iteration_count"] == 20 and m.view("good")["store_problems"] == []
         bad = m.view("bad")
-        assert bad["iteration_count"] == 10 and bad["poll_error"] is None
+        assert bad["iteration_count"] == 10 and m.view("good")["poll_error"] is None
         assert len(bad["store_problems"]) == 1 and "index.jsonl line 11: unreadable index line: nested too deep" \
             in bad["store_problems"][0]
+        assert "skipped damaged data" in bad["poll_error"] and bad["store_problems"][0] in bad["poll_error"]
         assert m.job_problems() == {"count": 1, "jobs": ["bad"]}
     finally:
         m.stop()
