@@ -558,7 +558,7 @@ class Monitor:
                     record.detector.predicting = record.pending is not None
                     if "seen" in raw:
                         record.detector.restore_seen(int(raw["seen"][0]), float(raw["seen"][1]))
-                except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
                     where = f"{path} line {state['lines'][job_id]}" if job_id in state["lines"] else path
                     raise ValueError(f"state file {where}: malformed record of job {job_id!r}: {exc!r}; move the "
                                      "file away to start empty") from None

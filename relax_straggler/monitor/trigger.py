@@ -203,7 +203,8 @@ class JobDetector:
 
     @staticmethod
     def from_dict(config: TriggerConfig, state: dict) -> "JobDetector":
-        """The detector of a to_dict() snapshot. Raises KeyError / TypeError on a malformed one."""
+        """The detector of a to_dict() snapshot. Raises KeyError, TypeError, ValueError or
+        OverflowError (an infinite count) on a malformed one."""
         d = JobDetector(config, float(state["registered_at"]))
         d.baseline.extend(float(x) for x in state["baseline"])
         d.slow_streak = [int(x) for x in state["slow_streak"]]
