@@ -475,7 +475,9 @@ def fuzz(mutants: int, seed: int = 1, limit_s: float = 10.0, names=None) -> dict
     returns {seed name: Tally}."""
     import logging
 
-    logging.getLogger("relax_straggler").setLevel(logging.CRITICAL)  # every damage is logged: thousands of lines
+    logger = logging.getLogger("relax_straggler")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)  # every damage is logged: thousands of lines
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(prefix="fuzz-store-"))
     previous = signal.signal(signal.SIGALRM, _alarm)
@@ -511,6 +513,7 @@ def fuzz(mutants: int, seed: int = 1, limit_s: float = 10.0, names=None) -> dict
                     tally.slowest_s = max(tally.slowest_s, time.perf_counter() - started)
     finally:
         signal.signal(signal.SIGALRM, previous)
+        logger.setLevel(level)  # in a test run, the tests after this one log as before
         shutil.rmtree(work, ignore_errors=True)
     return tallies
 
