@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/monitor_load.py                      # 200 jobs x 1,024 ranks, 60 s
     .venv/bin/python benchmarks/monitor_load.py --jobs 20 --ranks 64 --duration 20
+    .venv/bin/python benchmarks/monitor_load.py --jobs 1000 --ranks 8 --clients 50 --stragglers 0 [--monitor-cpus 1]
 
 What runs, all on 127.0.0.1, bounded by --duration:
   monitor   a `relax-straggler monitor` process over a fresh file store (--check-interval,
@@ -11,8 +12,11 @@ What runs, all on 127.0.0.1, bounded by --duration:
             ranks x 5 timers: forward-compute, backward-compute, optimizer, grads-all-reduce,
             interval-time), one write_table per job and iteration, 1 s step time; the first
             --stragglers jobs get +400 ms of forward on one rank from iteration --slow-from;
-  load      --clients httpx threads in this process, each sending GET /{job}, GET /jobs and
-            GET / in turn with --pause s between requests.
+  load      --clients httpx threads in this process, each sending GET /{job} (twice), GET
+            /jobs (its first page), GET / and GET /metrics in turn with --pause s between
+            requests.
+With --monitor-cpus N the monitor runs on the first N CPUs and the writer and the load on
+the others (a service with cores of its own); by default all three share every CPU.
 Reported: the writer's pace (did every second's writes finish within the second), the
 poll cycle (GET /'s last_poll_s, sampled each second, and the poll histogram's mean)
 against the check interval, API latency percentiles per endpoint, and per straggler job
@@ -50,7 +54,9 @@ def straggler_rank(job_index: int, ranks: int) -> int:
 
 
 def writer(args: argparse.Namespace) -> None:
-    """The writer process: one iteration per second per job for --duration s; prints JSON."""
+    """The writer process: one iteration per second per job for --duration s (fewer when the
+    writes of one iteration take more than a second: it stops at the end, mid-iteration if
+    need be); prints JSON."""
     import pyarrow as pa
 
     from relax_straggler.monitor.replay import Injection, Synthetic, inject, step_table
@@ -69,14 +75,20 @@ def writer(args: argparse.Namespace) -> None:
     names = templates[0][0].schema.names
     ts_col, it_col = names.index("timestamp"), names.index("iteration")
     start = time.time() + 0.5
-    lags, write_s, rows = [], [], 0
+    end = start + args.duration
+    lags, write_s, rows, iterations = [], [], 0, 0
     last_slow_written = None  # when the 5th slow iteration (the trigger's last) was written, s
     for it in range(int(args.duration)):
         slot = start + it
         pause = slot - time.time()
         if pause > 0:
             time.sleep(pause)
+        if time.time() >= end:
+            break
+        iterations += 1
         for normal, slow in templates:
+            if time.time() >= end:
+                break
             table = slow if slow is not None and it >= args.slow_from else normal
             n = table.num_rows
             now = time.time()
@@ -89,7 +101,7 @@ def writer(args: argparse.Namespace) -> None:
         lags.append(time.time() - slot)
         if it == args.slow_from + 4:
             last_slow_written = time.time()
-    print(json.dumps({"iterations": int(args.duration), "writes": len(write_s), "rows": rows,
+    print(json.dumps({"iterations": iterations, "writes": len(write_s), "rows": rows,
                       "write_ms_mean": 1000 * statistics.fmean(write_s), "write_ms_max": 1000 * max(write_s),
                       "second_used_max": max(lags), "second_used_mean": statistics.fmean(lags),
                       "last_slow_written": last_slow_written}))
@@ -115,6 +127,9 @@ def main() -> None:
     p.add_argument("--slow-from", type=int, default=20, help="iteration the stragglers start at")
     p.add_argument("--clients", type=int, default=4, help="API load threads")
     p.add_argument("--pause", type=float, default=0.01, help="s between two requests of one client")
+    p.add_argument("--monitor-cpus", type=int, default=0, metavar="N",
+                   help="give the monitor the first N CPUs and the writer and the load the others, as a "
+                        "service has its own cores (default 0: all processes share every CPU)")
     p.add_argument("--writer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--store", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -123,12 +138,19 @@ def main() -> None:
         return
     import httpx
 
+    cpus = sorted(os.sched_getaffinity(0))
+    if not 0 <= args.monitor_cpus < len(cpus):
+        raise SystemExit(f"--monitor-cpus must be in [0, {len(cpus) - 1}] on this machine")
+    monitor_cpus, other_cpus = (cpus[:args.monitor_cpus], cpus[args.monitor_cpus:]) if args.monitor_cpus \
+        else (cpus, cpus)
+    os.sched_setaffinity(0, other_cpus)  # this process (the load) and the writer it starts
     workdir = tempfile.mkdtemp(prefix="monitor-load-")
     store = f"file://{workdir}/store"
     port = free_port()
     monitor = subprocess.Popen(CLI + ["monitor", "--store", store, "--port", str(port), "--check-interval",
                                       str(args.check_interval), "--hang-threshold", "30"],
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(f"{workdir}/monitor.log", "w"))
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=open(f"{workdir}/monitor.log", "w"),
+                               preexec_fn=lambda: os.sched_setaffinity(0, monitor_cpus))
     base = f"http://127.0.0.1:{port}"
     client = httpx.Client(base_url=base, timeout=30.0)
     try:
@@ -148,17 +170,18 @@ def main() -> None:
                                   "--jobs", str(args.jobs), "--ranks", str(args.ranks), "--duration",
                                   str(args.duration), "--stragglers", str(args.stragglers), "--slow-from",
                                   str(args.slow_from)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-        latencies: dict[str, list] = {"GET /{job}": [], "GET /jobs": [], "GET /": []}
+        kinds = ("GET /{job}", "GET /{job}", "GET /jobs", "GET /", "GET /metrics")
+        latencies: dict[str, list] = {kind: [] for kind in kinds}
         stop = threading.Event()
 
         def load(seed: int) -> None:
             rng = np.random.default_rng(seed)
             with httpx.Client(base_url=base, timeout=30.0) as c:
-                k = 0
+                k = seed  # the clients start at different requests of the mix
                 while not stop.is_set():
-                    kind = ("GET /{job}", "GET /{job}", "GET /jobs", "GET /")[k % 4]
+                    kind = kinds[k % len(kinds)]
                     path = {"GET /{job}": f"/{jobs[int(rng.integers(len(jobs)))]}", "GET /jobs": "/jobs",
-                            "GET /": "/"}[kind]
+                            "GET /": "/", "GET /metrics": "/metrics"}[kind]
                     t0 = time.perf_counter()
                     c.get(path).raise_for_status()
                     latencies[kind].append(time.perf_counter() - t0)
@@ -199,7 +222,8 @@ def main() -> None:
         monitor.wait(timeout=60)
     report = {
         "jobs": args.jobs, "ranks": args.ranks, "duration_s": args.duration, "check_interval_s": args.check_interval,
-        "writer": written,
+        "clients": args.clients, "cpus": {"monitor": monitor_cpus, "writer and load": other_cpus},
+        "writer": written, "metrics_bytes": len(metrics.encode()),
         "poll_s": {"mean": poll_sum / poll_count if poll_count else None, "polls": int(poll_count),
                    "sampled_max": max(polls) if polls else None},
         "api_ms": {kind: {"n": len(v), "p50": percentile(v, 50), "p99": percentile(v, 99), "max": percentile(v, 100)}

@@ -325,8 +325,8 @@ class Analyzer:
         timeout_s seconds whatever a report sink or a peer does. Collective when
         distributed: every rank calls it; a rank gone or stopped costs at most the bound.
         Past the bound, the reports not yet delivered are dropped (one warning says how
-        many) and no sink is called after this returns. Never raises for a peer's fault;
-        a second call does nothing."""
+        many) and no sink is called after this returns. Never raises for a peer's fault or
+        a sink's (a full disk under the JSONL file is one warning); a second call does nothing."""
         if self._uninstalled:
             return
         self._uninstalled = True
@@ -351,10 +351,13 @@ class Analyzer:
                 self._pipeline.close(max(deadline - time.monotonic() - reserve, 0))
             self._close_side_group(deadline)
             for c in self._closables:
-                if c is self._store_sink:  # its flush and its join each take up to the limit
-                    c.close(timeout_s=max((deadline - time.monotonic()) / 2, 0))
-                else:
-                    c.close()
+                try:
+                    if c is self._store_sink:  # its flush and its join each take up to the limit
+                        c.close(timeout_s=max((deadline - time.monotonic()) / 2, 0))
+                    else:
+                        c.close()
+                except Exception:  # a sink's failure is its own: the others close, uninstall returns
+                    log.warning("relax_straggler: closing report sink %r failed; shutdown goes on", c, exc_info=True)
         finally:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)

@@ -44,10 +44,20 @@ def register(subparsers) -> None:
     p.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
                    help="a Host header name to serve (repeatable; '*' any). Default: localhost, 127.0.0.1, ::1 and "
                         "--host; on --host 0.0.0.0 or :: also this machine's name and any IP address")
+    p.add_argument("--request-timeout", type=_seconds, default=10.0, metavar="S",
+                   help="seconds a client has to send a whole request (head and body) once its connection opened "
+                        "or its previous response was sent; slower ones are disconnected (default 10)")
     p.add_argument("--allow-get-registration", action="store_true",
                    help="serve GET /detect/{job_id} and GET /undetect/{job_id} (mt-detector's registration form; "
                         "off by default: any web page can make a browser send a GET)")
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text}")
+    return value
 
 
 def guard_of(args: argparse.Namespace):
@@ -62,9 +72,8 @@ def guard_of(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from relax_straggler.monitor.api import create_app
+    from relax_straggler.monitor.server import serve
     from relax_straggler.monitor.service import Monitor, MonitorConfig
     from relax_straggler.monitor.trigger import TriggerConfig
     from relax_straggler.stores.url import redact
@@ -81,5 +90,5 @@ def run(args: argparse.Namespace) -> int:
         return 1
     log.info("monitor: store %s, state %s, http://%s:%d, %s", redact(args.store), config.resolved_state_path(), args.host,
              args.port, "register / unregister need the token" if guard.token else "no token")
-    uvicorn.run(create_app(monitor, guard=guard), host=args.host, port=args.port, log_level="warning")
+    serve(create_app(monitor, guard=guard), args.host, args.port, request_timeout_s=args.request_timeout)
     return 0

@@ -1,7 +1,10 @@
 """The monitor's HTTP API (FastAPI; the schema at /openapi.json, pages at /docs).
 
-    GET    /                      health: version, store status, jobs, check interval
-    GET    /jobs                  registered jobs with their status
+    GET    /                      health: version, store status, jobs, jobs with problems, check
+                                  interval ("degraded" while the store fails or a job has problems)
+    GET    /jobs                  registered jobs with their status, by job id, JOBS_PAGE at a time
+                                  (?offset=N&limit=M, M at most MAX_JOBS_PAGE; next_offset: the
+                                  next page's offset, null on the last)
     POST   /jobs/{job_id}         register (201; 200 when registered already); optional JSON
                                   body {"dp", "pp", "tp", "ranks_per_node"} (dp required in it)
     DELETE /jobs/{job_id}         unregister (404 when unknown)
@@ -9,7 +12,8 @@
     GET    /jobs/{job_id}/results every kept analysis, oldest first
     GET    /detect/{job_id}       register (the mt-detector form; only with allow_get_registration)
     GET    /undetect/{job_id}     unregister (the mt-detector form; likewise)
-    GET    /metrics               Prometheus text format (relax_straggler/monitor/metrics.py)
+    GET    /metrics               Prometheus text format (relax_straggler/monitor/metrics.py; built
+                                  once per change, not per scrape)
     GET    /{job_id}              the job's status: job_id, status, hang_check, slowdown_check
                                   (straggler_prediction {straggler_rank, straggler_node}),
                                   metrics, iteration_count, last_iteration, evidence
@@ -29,11 +33,11 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Annotated, Optional
 
-from fastapi import Depends, FastAPI, HTTPException, Path, Request, Security
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
 from relax_straggler.monitor.guard import ApiGuard, GuardMiddleware
@@ -44,6 +48,10 @@ from relax_straggler.topology import Topology
 # Job ids as store_base.JOB_ID_PATTERN; "jobs" and "metrics" are routes of their own and
 # cannot be read through GET /{job_id}.
 JobId = Path(pattern=JOB_ID_PATTERN, description="job id: letters, digits and . _ : @ + -, at most 128")
+
+# GET /jobs pages: a page of 1,000 jobs is 80 KB of JSON.
+JOBS_PAGE = 100
+MAX_JOBS_PAGE = 1000
 
 # Strict: JSON true or "4" is not a size (lax parsing made them 1 and 4).
 Size = Annotated[int, Field(strict=True, ge=1)]
@@ -123,9 +131,9 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
     def unknown(job_id: str) -> HTTPException:
         return HTTPException(404, f"job {job_id!r} is not registered; register it with POST /jobs/{job_id}")
 
-    def view(job_id: str) -> dict:
+    def view(job_id: str) -> JSONResponse:
         try:
-            return monitor.view(job_id)
+            return JSONResponse(monitor.view(job_id))
         except KeyError:
             raise unknown(job_id) from None
 
@@ -150,24 +158,38 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
         except KeyError:
             raise unknown(job_id) from None
 
+    # The reads run on the event loop (async): they hold the monitor's lock for microseconds and
+    # do no I/O, and under load the hop to a worker thread cost more than the read. Each answers
+    # its JSON itself (view() and job_numbers() give JSON-safe values), without FastAPI's encoder.
     @app.get("/", summary="Health, version and store status", responses=_errors(*_ANY))
-    def health() -> dict:
+    async def health() -> dict:
         store = monitor.health()
-        return {"status": "ok" if store["ok"] else "degraded", "version": __version__, "store": store,
-                "jobs": len(monitor.job_ids()), "check_interval_s": monitor.config.check_interval_s,
-                "docs": "/docs", "openapi": "/openapi.json"}
+        problems = monitor.job_problems()
+        return JSONResponse({"status": "ok" if store["ok"] and not problems["count"] else "degraded",
+                             "version": __version__, "store": store, "jobs": monitor.job_count(),
+                             "job_problems": problems, "check_interval_s": monitor.config.check_interval_s,
+                             "docs": "/docs", "openapi": "/openapi.json"})
 
-    @app.get("/jobs", summary="Registered jobs and their status", responses=_errors(*_ANY))
-    def jobs() -> dict:
-        return {"jobs": [{"job_id": j["job_id"], "status": j["status"], "iteration_count": j["iteration_count"],
-                          "slow_iterations": j["slow_iterations"], "stragglers": j["stragglers"]}
-                         for j in sorted(monitor.job_numbers(), key=lambda j: j["job_id"])]}
+    @app.get("/jobs", summary="Registered jobs and their status, a page at a time, by job id",
+             responses=_errors(*_ANY, 422))
+    async def jobs(offset: int = Query(0, ge=0, description="jobs to skip"),
+                   limit: int = Query(JOBS_PAGE, ge=1, le=MAX_JOBS_PAGE, description="jobs in this page")) -> dict:
+        total = monitor.job_count()
+        page = monitor.job_numbers(offset, limit)
+        return JSONResponse({"jobs": [{"job_id": j["job_id"], "status": j["status"],
+                                       "iteration_count": j["iteration_count"], "slow_iterations": j["slow_iterations"],
+                                       "stragglers": j["stragglers"]} for j in page],
+                             "total": total, "offset": offset, "limit": limit,
+                             "next_offset": offset + limit if offset + limit < total else None})
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=Response,
              responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
                               "description": "Prometheus text format"}, **_errors(*_ANY)})
-    def metrics() -> Response:
-        return Response(generate_latest(monitor.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    def metrics(request: Request) -> Response:
+        if _accepts_gzip(request.headers.get("accept-encoding", "")):
+            return Response(monitor.metrics.text(gzipped=True), media_type=CONTENT_TYPE_LATEST,
+                            headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
+        return Response(monitor.metrics.text(), media_type=CONTENT_TYPE_LATEST, headers={"Vary": "Accept-Encoding"})
 
     @app.post("/jobs/{job_id}", summary="Register a job", status_code=201, dependencies=[Depends(authorized)],
               responses={200: {"description": "registered already (a body replaces the layout)",
@@ -185,14 +207,14 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
         return {"job_id": job_id, "unregistered": True, "last_status": unregister(job_id)["status"]}
 
     @app.get("/jobs/{job_id}", summary="A job's status", responses=_errors(*_JOB))
-    def get_job(job_id: str = JobId) -> dict:
+    async def get_job(job_id: str = JobId) -> dict:
         return view(job_id)
 
     @app.get("/jobs/{job_id}/results", summary="Every kept analysis of a job, oldest first",
              responses=_errors(*_JOB))
-    def get_results(job_id: str = JobId) -> dict:
+    async def get_results(job_id: str = JobId) -> dict:
         try:
-            return {"job_id": job_id, "results": monitor.results(job_id)}
+            return JSONResponse({"job_id": job_id, "results": monitor.results(job_id)})
         except KeyError:
             raise unknown(job_id) from None
 
@@ -220,7 +242,21 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
                                      "DELETE /jobs/{job_id}, or start the monitor with --allow-get-registration")
 
     @app.get("/{job_id}", summary="A job's status (the mt-detector form)", responses=_errors(*_JOB))
-    def job_status(job_id: str = JobId) -> dict:
+    async def job_status(job_id: str = JobId) -> dict:
         return view(job_id)
 
     return app
+
+
+def _accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header value takes gzip (RFC 9110 section 12.5.3: "gzip"
+    or "*", not with q=0)."""
+    for part in accept_encoding.split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip().lower() in ("gzip", "*"):
+            name, _, value = params.strip().partition("=")
+            try:
+                return name.strip().lower() != "q" or float(value) > 0
+            except ValueError:
+                return False
+    return False

@@ -18,6 +18,7 @@ import hmac
 import ipaddress
 import json
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -26,6 +27,8 @@ TOKEN_ENV = "RELAX_STRAGGLER_MONITOR_TOKEN"
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
 MAX_BODY_BYTES = 64 * 1024
+_NAME = re.compile(r"[a-z0-9._~-]+")  # a Host name's characters (RFC 3986 unreserved, lower case)
+_PORT = re.compile(r"(:[0-9]{0,5})?")
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,9 @@ class ApiGuard:
         """Whether a request with this Host header (None: none sent) is served."""
         if "*" in self.allowed_hosts:
             return True
-        if not host_header:
+        host = _host_name(host_header) if host_header else None
+        if host is None:
             return False
-        host = _host_name(host_header)
         if host in self.allowed_hosts:
             return True
         if self.allow_ip_hosts:
@@ -98,14 +101,31 @@ def read_token(path: Optional[str], environ: Mapping[str, str] = os.environ) -> 
     return token
 
 
-def _host_name(header: str) -> str:
-    """The name in a Host header: no port, no IPv6 brackets, lower case, no trailing dot."""
+def _host_name(header: str) -> Optional[str]:
+    """The name in a Host header: no port, no IPv6 brackets, lower case, no trailing dot.
+    None when the header is not `host[:port]` (RFC 9110 section 7.2: a name of letters,
+    digits and - . _ ~, an IPv4 address, or an IPv6 address in brackets, also taken bare; a
+    port of at most 5 digits): e.g. "localhost:80@evil.com", a URL's user info, which a
+    laxer split read as localhost."""
     header = header.strip().lower()
     if header.startswith("["):  # [::1]:8000
-        return header[1:header.find("]")] if "]" in header else header
-    if header.count(":") == 1:
-        header = header.split(":", 1)[0]
-    return header.rstrip(".")
+        name, closed, port = header[1:].partition("]")
+        if not closed or not _PORT.fullmatch(port) or not _is_ipv6(name):
+            return None
+        return name
+    if header.count(":") > 1:  # a bare IPv6 address
+        return header if _is_ipv6(header) else None
+    name, _, port = header.partition(":")
+    if not _NAME.fullmatch(name) or not _PORT.fullmatch(f":{port}" if port else ""):
+        return None
+    return name.rstrip(".")
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
 
 
 class GuardMiddleware:

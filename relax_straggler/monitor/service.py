@@ -5,15 +5,20 @@ the state file.
   (Store.iterations after the last one seen, bounded by the registration time) and folds
   them into the job's JobDetector (trigger.py). A completed slow streak submits an analysis
   of exactly that window to a thread pool; the API never waits for one.
-- Each job is polled on its own: a StoreError reading one job while the store still answers
-  a ping is that job's (its `poll_error`, cleared by its next good read), and the other
-  jobs are polled as usual.
+- Each job is polled on its own: any error reading one job (a StoreError while the store
+  still answers a ping, or anything else its data provokes) is that job's (its `poll_error`,
+  cleared by its next good read), and the other jobs are polled as usual. Damage the store
+  skipped in a job's data (Store.job_problems) is kept in its `store_problems`, and its
+  `poll_error` says so while there is any. `GET /` counts the jobs with a `poll_error`
+  (`job_problems`).
 - A StoreError with the store not answering closes the store; it is opened again with
   exponential backoff (0.5 s doubling up to 30 s), and `health()` reports the error until then.
 - Registered jobs (registration time, topology, detector state, results, a window whose
   analysis had not finished) are appended to the state journal (state.py) on every change
   of a job, before the change is acknowledged, and read back at start: a restart of the
-  monitor (even kill -9) or of the store loses no registered job and no result.
+  monitor (even kill -9) or of the store loses no registered job and no result. Each poll
+  that saw new iterations appends when they arrived (one "seen" line per job), so the hang
+  clock goes on across a restart.
 
 Thread safety: one lock guards the jobs; store I/O and analyses run outside it.
 """
@@ -93,7 +98,9 @@ class JobRecord:
     """One registered job. results: finished analyses, oldest first (range_analysis dicts);
     pending: the window being analysed; error: why the last analysis failed, if it did;
     transitions: [[s since the epoch, status], ...], each change of status the monitor saw;
-    poll_error: why the last read of its iterations failed, None after a good one (not saved);
+    poll_error: why the last read of its iterations failed, or that it skipped damaged data
+    (store_problems), None after a good one (not saved);
+    store_problems: damage the store skipped in the job's data (Store.job_problems; not saved);
     hang_answer: while it hangs, the job's own answer of which rank and collective hold it
     (relax_straggler.stores.hang_rows), once it is in the store (not saved: read again)."""
 
@@ -107,6 +114,7 @@ class JobRecord:
     transitions: list = field(default_factory=list)
     in_flight: bool = False  # an analysis of `pending` is queued or running (not saved)
     poll_error: Optional[str] = None
+    store_problems: list = field(default_factory=list)
     hang_answer: Optional[dict] = None
 
     def note_status(self, now: float) -> bool:
@@ -207,6 +215,7 @@ class Monitor:
                 record.topology = topology
             view = self.view(job_id)
         self._save(job_id)
+        self.metrics.changed()
         return view, created
 
     def unregister(self, job_id: str) -> dict:
@@ -215,22 +224,29 @@ class Monitor:
             view = self.view(job_id)
             del self._jobs[job_id]
         self._save(job_id)
+        self.metrics.changed()
         return view
 
     def job_ids(self) -> list[str]:
         with self._lock:
             return sorted(self._jobs)
 
-    def job_numbers(self) -> list[dict]:
-        """Per registered job: job_id, status, iteration_count, slow_iterations, stragglers
-        (analyses naming a rank), last_ms, baseline_ms (ms; None before the first iteration)."""
+    def job_count(self) -> int:
+        """Registered jobs."""
+        return len(self._jobs)
+
+    def job_numbers(self, offset: int = 0, limit: Optional[int] = None) -> list[dict]:
+        """Per registered job, by job id from the `offset`-th, at most `limit` (None: all):
+        job_id, status, iteration_count, slow_iterations, stragglers (analyses naming a
+        rank), last_ms, baseline_ms (ms; None before the first iteration)."""
         with self._lock:
             now = self.clock()
+            ids = sorted(self._jobs)[offset:None if limit is None else offset + limit]
             return [{"job_id": r.job_id, "status": r.detector.status(now),
                      "iteration_count": r.detector.iteration_count, "slow_iterations": r.detector.slow_iterations,
                      "stragglers": sum(1 for x in r.results if x["straggler_rank"] is not None),
                      "last_ms": r.detector.last_ms, "baseline_ms": r.detector.median_ms}
-                    for r in self._jobs.values()]
+                    for r in (self._jobs[j] for j in ids)]
 
     # --- polling -----------------------------------------------------------------------
 
@@ -242,14 +258,22 @@ class Monitor:
             with self._lock:
                 jobs = [(r.job_id, r, r.detector.last_iteration, r.registered_at) for r in self._jobs.values()]
             changed: list[str] = []
+            seen: dict[str, tuple[int, float]] = {}
             for job_id, record, last, since in jobs:
                 try:
                     new = store.iterations(job_id, after_iteration=-1 if last is None else last, since=since)
+                    problems = store.job_problems(job_id)
                 except StoreError as exc:
                     if not self._store_answers(store):
                         self._store_failed(exc)
                         break
                     self._job_failed(record, str(exc))  # this job's alone: the others are read as usual
+                    continue
+                except Exception as exc:  # anything its data provokes (e.g. a RecursionError) is this job's too
+                    error = f"{type(exc).__name__}: {exc}"
+                    if record.poll_error != error:  # its traceback once, not at every poll
+                        log.exception("job %s: reading its iterations failed", job_id)
+                    self._job_failed(record, error)
                     continue
                 try:
                     with self._lock:
@@ -264,7 +288,12 @@ class Monitor:
                         if record.pending is not None and not record.in_flight:  # new, or cut off by a restart
                             record.detector.predicting = True
                             self._submit(record, record.pending)
-                        record.poll_error = None
+                        record.store_problems = problems
+                        record.poll_error = None if not problems else (
+                            f"the store skipped damaged data of this job ({len(problems)} problem(s), listed in "
+                            f"store_problems), the latest: {problems[-1]}")
+                        if new:
+                            seen[job_id] = (record.detector.last_iteration, record.detector.last_progress)
                         if record.note_status(now):
                             changed.append(job_id)
                         look_for_answer = record.hang_answer is None and record.detector.hanging(now)
@@ -278,8 +307,10 @@ class Monitor:
                 self._store_ok()
             for job_id in changed:
                 self._save(job_id)
+            self._save_seen(seen)
         self.last_poll_s = time.perf_counter() - started
         self.metrics.poll_seconds.observe(self.last_poll_s)
+        self.metrics.refresh()
 
     def _read_hang_answer(self, store: Store, record: JobRecord, last_iteration: Optional[int]) -> None:
         """Looks for the job's hang answer about a step since its last iteration; a
@@ -298,6 +329,13 @@ class Monitor:
         if answer is not None:
             with self._lock:
                 record.hang_answer = answer
+
+    def job_problems(self, shown: int = 20) -> dict:
+        """{"count": jobs with a poll_error (a failed read, or damaged data skipped), "jobs":
+        the first `shown` of their ids, sorted}."""
+        with self._lock:
+            ids = sorted(j for j, r in self._jobs.items() if r.poll_error is not None)
+        return {"count": len(ids), "jobs": ids[:shown]}
 
     def _job_failed(self, record: JobRecord, error: str) -> None:
         with self._lock:
@@ -403,6 +441,7 @@ class Monitor:
             log.info("job %s: iterations %d-%d: %s", record.job_id, window.first_iteration, window.last_iteration,
                      result["verdict"]["summary"])
         self.metrics.analysis_seconds.observe(time.perf_counter() - started)
+        self.metrics.changed()
         self._save(record.job_id)
 
     # --- views -------------------------------------------------------------------------
@@ -445,6 +484,7 @@ class Monitor:
                                                                   record.pending.last_iteration],
                 "analysis_error": record.error,
                 "poll_error": record.poll_error,
+                "store_problems": list(record.store_problems),
                 "transitions": [{"at": at, "status": status} for at, status in record.transitions],
             })
 
@@ -471,6 +511,17 @@ class Monitor:
                 log.error("cannot write the state file %s: %s (changes since the last save would not survive a "
                           "restart)", self._journal.path, exc)
 
+    def _save_seen(self, seen: dict) -> None:
+        """Appends when each job's newest iteration arrived ({job_id: (iteration, s)})."""
+        if not seen:
+            return
+        with self._save_lock:
+            try:
+                self._journal.put_seen(seen)
+            except OSError as exc:
+                log.error("cannot write the state file %s: %s (a restart would restart the hang clock of %d job(s))",
+                          self._journal.path, exc, len(seen))
+
     def _save_all(self) -> None:
         with self._save_lock:
             try:
@@ -495,18 +546,23 @@ class Monitor:
             if redact(state["store"]) != self._store_shown:
                 raise ValueError(f"state file {path}: the state of store {redact(state['store'])}, not of "
                                  f"{self._store_shown}; give this store its own --state file")
-            try:
-                for job_id, raw in state["jobs"].items():
+            for job_id, raw in state["jobs"].items():
+                try:
                     topo = raw["topology"]
                     pending = raw["pending"]
-                    self._jobs[job_id] = JobRecord(
+                    record = JobRecord(
                         job_id, float(raw["registered_at"]), None if topo is None else Topology(**topo),
                         JobDetector.from_dict(self.config.trigger, raw["detector"]), list(raw["results"]),
                         None if pending is None else IterationRange(int(pending[0]), int(pending[1])),
                         raw["error"], list(raw["transitions"]))
-                    self._jobs[job_id].detector.predicting = self._jobs[job_id].pending is not None
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ValueError(f"state file {path}: malformed job entry: {exc!r}") from None
+                    record.detector.predicting = record.pending is not None
+                    if "seen" in raw:
+                        record.detector.restore_seen(int(raw["seen"][0]), float(raw["seen"][1]))
+                except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+                    where = f"{path} line {state['lines'][job_id]}" if job_id in state["lines"] else path
+                    raise ValueError(f"state file {where}: malformed record of job {job_id!r}: {exc!r}; move the "
+                                     "file away to start empty") from None
+                self._jobs[job_id] = record
             log.info("state file %s: %d registered job(s) restored", path, len(self._jobs))
         try:
             self._journal.compact()  # drops a torn last line and superseded records; appends go on from here

@@ -10,7 +10,9 @@ Per new iteration (step_ms = interval-time, the slowest rank's):
 - trigger: `history_size` consecutive slow iterations -> an IterationRange [first, last] of exactly
   those iterations, for the analysis (the monitor bounds it by the registration time).
 - hang: no new iteration for more than hang_threshold_s (60 s) since the last one arrived
-  (or since registration when none has).
+  (or since registration when none has). After a restart of the monitor, iterations up to
+  the newest one seen before it (`seen_before`, kept with when it arrived) are read again
+  from the store: they are folded in as usual, but they are not new progress.
 
 Status, first match wins:
 
@@ -84,6 +86,9 @@ class JobDetector:
         self.detected = False
         self.last_progress = registered_at  # when the newest iteration arrived, s
         self.last_iteration: Optional[int] = None
+        # The newest iteration a monitor had seen before a restart, while this one has not
+        # folded it in yet; last_progress is when it arrived.
+        self.seen_before: Optional[int] = None
         self.last_growth: Optional[float] = None
         self.last_slow = False  # the newest iteration was slow
         self.iteration_count = 0
@@ -107,7 +112,8 @@ class JobDetector:
             if self.last_iteration is not None and it.iteration <= self.last_iteration:
                 continue
             self.last_iteration = it.iteration
-            self.last_progress = now
+            if self.seen_before is None or it.iteration > self.seen_before:
+                self.last_progress, self.seen_before = now, None
             found = self._fold(it)
             window = found or window
         return window
@@ -143,6 +149,13 @@ class JobDetector:
         self.slow_streak.clear()
         self.predicting = True
         return window
+
+    def restore_seen(self, iteration: int, at: float) -> None:
+        """After a restart: `iteration` had arrived at `at` (s), after this detector's state
+        was saved; the iterations up to it are not new progress when they arrive again."""
+        if self.last_iteration is None or iteration > self.last_iteration:
+            self.seen_before = iteration
+        self.last_progress = max(self.last_progress, at)
 
     def analysis_finished(self) -> None:
         """The triggered analysis produced a result: detected."""
@@ -182,14 +195,16 @@ class JobDetector:
         return {"registered_at": self.registered_at, "baseline": list(self.baseline),
                 "slow_streak": list(self.slow_streak), "normal_streak": self.normal_streak,
                 "detected": self.detected, "last_progress": self.last_progress,
-                "last_iteration": self.last_iteration, "last_growth": self.last_growth, "last_slow": self.last_slow,
+                "last_iteration": self.last_iteration, "seen_before": self.seen_before,
+                "last_growth": self.last_growth, "last_slow": self.last_slow,
                 "iteration_count": self.iteration_count, "slow_iterations": self.slow_iterations,
                 "sum_ms": self.sum_ms, "min_ms": self.min_ms if self.iteration_count else None,
                 "max_ms": self.max_ms if self.iteration_count else None, "last_ms": self.last_ms}
 
     @staticmethod
     def from_dict(config: TriggerConfig, state: dict) -> "JobDetector":
-        """The detector of a to_dict() snapshot. Raises KeyError / TypeError on a malformed one."""
+        """The detector of a to_dict() snapshot. Raises KeyError, TypeError, ValueError or
+        OverflowError (an infinite count) on a malformed one."""
         d = JobDetector(config, float(state["registered_at"]))
         d.baseline.extend(float(x) for x in state["baseline"])
         d.slow_streak = [int(x) for x in state["slow_streak"]]
@@ -197,6 +212,8 @@ class JobDetector:
         d.detected = bool(state["detected"])
         d.last_progress = float(state["last_progress"])
         d.last_iteration = state["last_iteration"]
+        seen = state.get("seen_before")  # absent from states saved before it existed
+        d.seen_before = None if seen is None else int(seen)
         d.last_growth = state["last_growth"]
         d.last_slow = bool(state["last_slow"])
         d.iteration_count = int(state["iteration_count"])

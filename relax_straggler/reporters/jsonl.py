@@ -4,29 +4,41 @@ Line schema: {"step", "time" (unix s), "stages" [names], "device_ms" [[ms per st
 per rank], "tokens" [per rank] or null, "stragglers" {stage: [ranks]},
 "likely_bottleneck", "metrics" {...}, "verdict" {"status", "findings" [{rank, group, stage,
 state, since_step, confidence, ratio, persistent, by_window, facts {...}, cause}],
-"unjudged_ranks"} or null}. NaN is written as null (strict JSON).
+"unjudged_ranks"} or null}. NaN is written as null (strict JSON). Each line is written whole
+or not at all (relax_straggler.appending): a reader never meets half a report.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
 
+from relax_straggler.appending import append_whole
 from relax_straggler.report import Report
 from relax_straggler.serialization import json_safe
 
+log = logging.getLogger(__name__)
+
 
 class JsonlSink:
-    """Appends reports to `path` (directories are created); flushed per line."""
+    """Appends reports to `path` (directories are created), one line per report, each line
+    whole or not at all. A line that cannot be written (a full disk, a quota, a file size
+    limit) is left out, the file cut back to the end of the previous line: the first such
+    failure is one warning, the count of reports left out is given at close(), and neither
+    raises (training and uninstall() go on). Later reports are tried again. Raises OSError
+    at construction when the file cannot be opened."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._file = open(path, "a", encoding="utf-8")
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._lock = threading.Lock()
+        self.written = 0  # reports written
+        self.failed = 0  # reports left out
 
     def __call__(self, report: Report) -> None:
         record = {
@@ -43,14 +55,34 @@ class JsonlSink:
                 "findings": [dataclasses.asdict(f) for f in report.verdict.findings],
                 "unjudged_ranks": list(report.verdict.unjudged_ranks)},
         }
-        line = json.dumps(json_safe(record), allow_nan=False)
+        line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
         with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
+            if self._fd is None:
+                return
+            try:
+                append_whole(self._fd, line)
+            except OSError as exc:
+                self.failed += 1
+                if self.failed == 1:
+                    log.warning("relax_straggler: cannot write %s: %s; the report of step %d is left out of it (the "
+                                "lines before are whole), later reports are tried again and the count is given at "
+                                "uninstall", self.path, exc, report.step)
+                return
+            self.written += 1
 
     def close(self) -> None:
+        """Closes the file; one warning counts the reports left out, if any. Never raises."""
         with self._lock:
-            self._file.close()
+            if self._fd is None:
+                return
+            try:
+                os.close(self._fd)
+            except OSError as exc:  # e.g. EIO from a network file system
+                log.warning("relax_straggler: closing %s: %s", self.path, exc)
+            self._fd = None
+        if self.failed:
+            log.warning("relax_straggler: %d of %d reports were not written to %s (the disk was full or the file "
+                        "could not grow)", self.failed, self.failed + self.written, self.path)
 
     def __repr__(self) -> str:
         return f"JsonlSink({self.path!r})"

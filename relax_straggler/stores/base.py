@@ -156,6 +156,11 @@ class Store(Protocol):
         """Job ids with rows not older than `since`."""
         ...
 
+    def job_problems(self, job: str) -> list[str]:
+        """Damage found in `job`'s stored data that reads skip (messages naming the file and
+        line or byte); [] when none, or when the store cannot be damaged that way."""
+        ...
+
     def ping(self) -> None:
         """Returns when the store answers; raises StoreError otherwise."""
         ...

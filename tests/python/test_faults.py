@@ -136,6 +136,60 @@ def test_a_raising_sink_is_logged_once_and_the_others_get_every_report(tmp_path,
     assert not shutdown_warnings(caplog)
 
 
+FULL_DISK = REPO / "tests" / "python" / "workers" / "full_disk.py"
+FULL_DISK_STEPS = 40
+
+
+def check_full_disk_run(out: subprocess.CompletedProcess, path: Path) -> None:
+    """The run of workers/full_disk.py finished (exit 0, uninstall within its bound), its
+    JSONL file holds whole reports of the first steps only (the disk filled up, and each
+    line is whole or absent), and the failure was one warning and one count at uninstall."""
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["steps"] == FULL_DISK_STEPS and result["uninstall_s"] <= BOUND_S + MARGIN_S
+    assert path.read_bytes().endswith(b"\n")
+    steps = jsonl_steps(path)
+    assert 0 < len(steps) < FULL_DISK_STEPS and steps == list(range(len(steps)))
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("WARNING") and str(path.name) in line]
+    assert len(warnings) == 2, out.stderr[-3000:]
+    assert "cannot write" in warnings[0] and f"step {len(steps)}" in warnings[0]
+    left_out, given = map(int, re.search(r"(\d+) of (\d+) reports were not written", warnings[1]).groups())
+    assert given - left_out == len(steps) and given <= FULL_DISK_STEPS
+    assert "Traceback" not in out.stderr
+
+
+def test_a_full_disk_under_the_jsonl_sink_leaves_whole_lines_and_one_warning(tmp_path):
+    # the real thing: a 16 KiB tmpfs in a mount namespace of its own (the file is copied out)
+    mount = tmp_path / "small"
+    mount.mkdir()
+    script = (f"mount -t tmpfs -o size=16k tmpfs {mount} || exit 77; "
+              f"{sys.executable} {FULL_DISK} {mount}/r.jsonl {FULL_DISK_STEPS}; rc=$?; "
+              f"cp {mount}/r.jsonl {tmp_path}/r.jsonl; exit $rc")
+    try:
+        out = subprocess.run(["unshare", "--map-root-user", "--mount", "sh", "-c", script], cwd=REPO,
+                             capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    except FileNotFoundError:
+        pytest.skip("no unshare(1) to mount a small tmpfs (test_a_file_size_limit_under_the_jsonl_sink... covers it)")
+    if out.returncode == 77 or "unshare:" in out.stderr[:200]:
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()[:200]}")
+    check_full_disk_run(out, tmp_path / "r.jsonl")
+
+
+def test_a_file_size_limit_under_the_jsonl_sink_leaves_whole_lines_and_one_warning(tmp_path):
+    # the same fault through a file size limit (RLIMIT_FSIZE): writes past 6,000 bytes fail
+    import resource
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+
+    path = tmp_path / "r.jsonl"
+    out = subprocess.run([sys.executable, str(FULL_DISK), str(path), str(FULL_DISK_STEPS)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, preexec_fn=limit,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    check_full_disk_run(out, path)
+
+
 def test_reports_that_cannot_be_built_are_logged_rate_limited_and_summarised(caplog):
     def build(pending, step: int):
         raise ValueError(f"bad rows at step {step}")

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from relax_straggler.stores import file as file_module
 from relax_straggler.stores.file import FileStore
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 
@@ -49,7 +50,7 @@ def test_index_line_of_the_wrong_shape_is_reported_and_skipped(tmp_path, its):
     store = FileStore(str(tmp_path))
     store.write(rows("j", range(3)))
     with open(os.path.join(job_dir(store, "j"), "index.jsonl"), "a") as f:  # valid JSON, not an index entry
-        f.write('{"seg": 1, "off": 0, "len": 1, "rows": 1, "its": %s}\n' % its)
+        f.write('{"seg": 1, "off": 0, "len": 100, "rows": 1, "its": %s}\n' % its)
     reader = FileStore(str(tmp_path))
     assert [i.iteration for i in reader.iterations("j")] == [0, 1, 2]
     assert len(reader.problems) == 1 and "unreadable index line" in reader.problems[0]
@@ -167,3 +168,159 @@ def test_a_job_name_of_exactly_the_limit_keeps_its_readable_form(tmp_path):
     store = FileStore(str(tmp_path))
     store.write(rows(job, [0]))
     assert os.listdir(tmp_path / "jobs") == [job]
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from relax_straggler.stores.file import FileStore
+    from relax_straggler.stores.base import Sample
+    store = FileStore(sys.argv[1])
+    it = int(sys.argv[2])
+    store.write([Sample({t0} + it, "j", "interval-time", r, it, (100.0 + r,)) for r in range(8)])
+    print("acknowledged", flush=True)
+""").format(t0=T0)
+
+
+def readable(store: FileStore, job: str, last: int) -> dict[int, int]:
+    """Rows read back per iteration of `job` in [0, last]."""
+    table = store.table(job, 0, last)
+    its = table.column("iteration").to_pylist()
+    return {it: its.count(it) for it in sorted(set(its))}
+
+
+def test_writers_after_a_segment_was_cut_short_index_only_rows_they_can_read_back(tmp_path):
+    # a crash cut the segment's last 3,000 bytes (frames its index names); three new writer
+    # processes then each write one iteration and are acknowledged
+    store = FileStore(str(tmp_path))
+    for it in range(20):
+        store.write(rows("j", [it]))
+    store.close()
+    segment = os.path.join(job_dir(store, "j"), "seg-000001.arrows")
+    with open(segment, "r+b") as f:
+        f.truncate(os.path.getsize(segment) - 3000)
+    for it in (20, 21, 22):
+        out = subprocess.run([sys.executable, "-c", WRITER, str(tmp_path), str(it)], cwd=REPO, capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and "acknowledged" in out.stdout, out.stderr
+    reader = FileStore(str(tmp_path))
+    listed = [i.iteration for i in reader.iterations("j")]
+    back = readable(reader, "j", 22)
+    assert list(back) == listed  # every iteration the index lists is read back, and no other
+    assert listed[-3:] == [20, 21, 22] and all(back[it] == 8 for it in listed)
+    assert 12 <= len(listed) - 3 < 20  # the frames before the cut survive, those past it are lost
+    assert any("cut short" in p and "seg-000001" in p for p in reader.problems), reader.problems
+
+
+def test_a_writer_after_a_cut_short_segment_starts_a_new_one_and_says_so(tmp_path):
+    store = FileStore(str(tmp_path))
+    for it in range(5):
+        store.write(rows("j", [it]))
+    store.close()
+    segment = os.path.join(job_dir(store, "j"), "seg-000001.arrows")
+    with open(segment, "r+b") as f:
+        f.truncate(os.path.getsize(segment) - 10)  # mid-frame: the last frame is torn
+    writer = FileStore(str(tmp_path))
+    writer.write(rows("j", [5]))
+    writer.write(rows("j", [6]))
+    assert len(writer.problems) == 1 and "cut short" in writer.problems[0], writer.problems
+    assert os.path.exists(os.path.join(job_dir(store, "j"), "seg-000002.arrows"))
+    assert readable(FileStore(str(tmp_path)), "j", 6) == {0: 8, 1: 8, 2: 8, 3: 8, 5: 8, 6: 8}
+
+
+def append_index_line(store: FileStore, job: str, line: bytes) -> None:
+    with open(os.path.join(job_dir(store, job), "index.jsonl"), "ab") as f:
+        f.write(line + b"\n")
+
+
+@pytest.mark.parametrize("line, why", [
+    (b'{"seg": 1, "off": 0, "len": 1000000000000, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "past the end"),
+    (b"[" * 100_000 + b"]" * 100_000, "nested too deep"),
+    (b'{"seg": "x", "off": 0, "len": 100, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "seg"),
+    (b'{"seg": -1, "off": 0, "len": 100, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "seg"),
+    (b'{"seg": 1e30, "off": 0, "len": 100, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "seg"),
+    (b'{"seg": 99999999999999999999, "off": 0, "len": 100, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "seg"),
+    (b'{"seg": 7, "off": 0, "len": 100, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "seg-000007.arrows is missing"),
+    (b'{"seg": 1, "off": -5, "len": 100, "rows": 8, "its": [[9, 1.0, 0, 0, 8]]}', "off"),
+    (b"\xff\xfe not json", "not JSON"),
+])
+def test_a_damaged_index_line_is_skipped_naming_file_and_line(tmp_path, line, why):
+    store = FileStore(str(tmp_path))
+    store.write(rows("j", [0, 1]))
+    append_index_line(store, "j", line)
+    store.write(rows("j", [2]))  # the writer goes on past the damaged line
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == [0, 1, 2]
+    assert readable(reader, "j", 10) == {0: 8, 1: 8, 2: 8}
+    index = os.path.join(job_dir(store, "j"), "index.jsonl")
+    assert len(reader.problems) == 1 and f"{index} line 2:" in reader.problems[0] and why in reader.problems[0], \
+        reader.problems
+    assert reader.job_problems("j") == reader.problems and reader.job_problems("other") == []
+
+
+def test_a_duplicated_index_line_is_read_once(tmp_path):
+    store = FileStore(str(tmp_path))
+    store.write(rows("j", [0]))
+    index = os.path.join(job_dir(store, "j"), "index.jsonl")
+    with open(index, "rb") as f:
+        line = f.read().rstrip(b"\n")
+    append_index_line(store, "j", line)
+    reader = FileStore(str(tmp_path))
+    assert [(i.iteration, i.ranks) for i in reader.iterations("j")] == [(0, 8)]
+    assert readable(reader, "j", 0) == {0: 8}
+    assert len(reader.problems) == 1 and "line 2" in reader.problems[0] and "again" in reader.problems[0]
+
+
+def test_a_changed_digit_in_an_index_line_is_caught_by_its_checksum(tmp_path):
+    store = FileStore(str(tmp_path))
+    store.write(rows("j", [4]))
+    store.write(rows("j", [5]))
+    index = os.path.join(job_dir(store, "j"), "index.jsonl")
+    with open(index, "rb") as f:
+        first, second = f.read().splitlines()
+    damaged = first.replace(b"[[4,", b"[[7,")  # still a well-formed line, of another iteration
+    assert damaged != first
+    with open(index, "wb") as f:
+        f.write(damaged + b"\n" + second + b"\n")
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == [5]
+    assert len(reader.problems) == 1 and "line 1" in reader.problems[0] and "checksum" in reader.problems[0]
+
+
+def test_frames_damaged_after_they_were_indexed_are_skipped_and_reported(tmp_path):
+    store = FileStore(str(tmp_path))
+    for it in range(4):
+        store.write(rows("j", [it]))
+        store.write(rows("k", [it]))
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == [0, 1, 2, 3]
+    segment = os.path.join(job_dir(store, "j"), "seg-000001.arrows")
+    with open(segment, "r+b") as f:
+        f.seek(40)
+        f.write(b"\xff" * 8)  # inside the first frame
+    os.remove(os.path.join(job_dir(store, "k"), "seg-000001.arrows"))
+    assert readable(reader, "j", 3) == {1: 8, 2: 8, 3: 8}
+    assert readable(reader, "k", 3) == {}
+    assert "fails its checksum" in reader.job_problems("j")[0] and "iteration 0" in reader.job_problems("j")[0]
+    assert "is missing" in reader.job_problems("k")[0]
+
+
+@pytest.mark.parametrize("damage", ["a middle line deleted", "the index removed", "the index cut at a line"])
+def test_frames_whose_index_lines_were_lost_are_indexed_again_by_the_next_writer(tmp_path, monkeypatch, damage):
+    monkeypatch.setattr(file_module, "SEGMENT_BYTES", 6000)  # a few frames per segment: several segments
+    store = FileStore(str(tmp_path))
+    for it in range(12):
+        store.write(rows("j", [it]))
+    store.close()
+    assert len([n for n in os.listdir(job_dir(store, "j")) if n.startswith("seg-")]) >= 3
+    index = os.path.join(job_dir(store, "j"), "index.jsonl")
+    lines = open(index, "rb").read().splitlines(keepends=True)
+    kept = {"a middle line deleted": lines[:2] + lines[3:], "the index removed": [],
+            "the index cut at a line": lines[:5]}[damage]
+    with open(index, "wb") as f:
+        f.write(b"".join(kept))
+    writer = FileStore(str(tmp_path))
+    writer.write(rows("j", [12]))
+    assert writer.problems == []  # every frame was whole: nothing lost, nothing to report
+    reader = FileStore(str(tmp_path))
+    assert [i.iteration for i in reader.iterations("j")] == list(range(13))
+    assert readable(reader, "j", 12) == {it: 8 for it in range(13)} and reader.problems == []

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -156,7 +159,7 @@ def test_errors_are_clear_4xx(servers, file_url, tmp_path):
     assert r.status_code == 422 and "body.workers" in r.json()["detail"]
     r = c.post("/jobs/x", content=b"{dp: 2", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "JSON" in r.json()["detail"]
-    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.get("/jobs").json()["jobs"] == []
     schema = c.get("/openapi.json").json()
     assert {"/", "/jobs", "/jobs/{job_id}", "/detect/{job_id}", "/undetect/{job_id}", "/metrics",
             "/{job_id}"} <= set(schema["paths"])
@@ -175,7 +178,7 @@ def test_layout_without_dp_or_too_large_is_refused(servers, file_url, tmp_path):
     assert r.status_code == 400 and "beyond the 1,048,576 ranks" in r.json()["detail"], r.text
     r = c.post("/jobs/huge", json={"dp": 99999999999999999999999})
     assert r.status_code == 400, r.text
-    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.get("/jobs").json()["jobs"] == []
     r = c.post("/jobs/flat", json={})  # an empty body is no layout, as no body
     assert r.status_code == 201 and r.json()["topology"] is None
     r = c.post("/jobs/flat", json={"dp": 16, "ranks_per_node": 4})
@@ -221,7 +224,7 @@ def test_sizes_are_json_integers(servers, file_url, tmp_path):
     for body in ({"dp": True}, {"dp": "4"}, {"dp": 4.0}, {"dp": 4, "pp": False}, {"dp": 4, "ranks_per_node": "2"}):
         r = c.post("/jobs/strict", json=body)
         assert r.status_code == 422 and "valid integer" in r.json()["detail"], (body, r.text)
-    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.get("/jobs").json()["jobs"] == []
     assert c.post("/jobs/strict", json={"dp": 4}).json()["topology"]["dp"] == 4
 
 
@@ -248,7 +251,7 @@ def test_only_allowed_host_names_are_served(servers, file_url, tmp_path):
         assert r.status_code == 400, host
     for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}", "[::1]", "MONITOR.internal:8000"):
         assert c.get("/", headers={"host": host}).status_code == 200, host
-    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.get("/jobs").json()["jobs"] == []
 
 
 def test_a_token_guards_register_and_unregister(servers, file_url, tmp_path):
@@ -264,7 +267,7 @@ def test_a_token_guards_register_and_unregister(servers, file_url, tmp_path):
         r = c.post("/jobs/t1", headers=headers)
         assert r.status_code == 401 and "Bearer" in r.headers["www-authenticate"], (headers, r.text)
         assert c.get("/detect/t1", headers=headers).status_code == 401
-    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.get("/jobs").json()["jobs"] == []
     assert c.post("/jobs/t1", headers=good).status_code == 201
     assert c.get("/detect/t2", headers=good).json()["created"] is True
     r = c.post("/jobs/t3", headers=good)  # --max-jobs 2
@@ -307,7 +310,7 @@ def test_bodies_over_the_limit_are_refused(servers, file_url, tmp_path):
 
     r = c.post("/jobs/big", content=chunks(), headers={"content-type": "application/json"})  # no Content-Length
     assert r.status_code == 413, r.text
-    assert c.get("/jobs").json() == {"jobs": []}
+    assert c.get("/jobs").json()["jobs"] == []
 
 
 def test_a_job_id_too_long_for_a_file_name_does_not_stop_the_others(servers, file_url, tmp_path):
@@ -324,3 +327,65 @@ def test_a_job_id_too_long_for_a_file_name_does_not_stop_the_others(servers, fil
         view = wait_for(lambda: (v := c.get(f"/{job}").json())["iteration_count"] == 20 and v, what=f"{job} polled")
         assert view["poll_error"] is None and view["status"] == "active"
     assert c.get("/").json()["status"] == "ok"
+
+
+def test_a_client_that_sends_its_request_too_slowly_is_disconnected(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json", 30.0, "--request-timeout", "1")
+    servers.append(server)
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    stop = threading.Event()
+
+    def trickle() -> None:  # one more header byte every 0.2 s: never a whole request
+        with contextlib.suppress(OSError):
+            slow.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-Slow: ")
+            while not stop.wait(0.2):
+                slow.sendall(b"x")
+
+    sender = threading.Thread(target=trickle, daemon=True)
+    started = time.monotonic()
+    sender.start()
+    try:
+        slow.settimeout(15)
+        assert slow.recv(1024) == b""  # closed by the server, no answer
+        assert time.monotonic() - started < 8
+    finally:
+        stop.set()
+        sender.join(5)
+        slow.close()
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=10.0) as c:  # keep-alive
+        for _ in range(4):  # 2 s on one connection: each request arrives in time, none is cut
+            assert c.get("/").status_code == 200
+            time.sleep(0.5)
+
+
+def test_jobs_are_listed_a_page_at_a_time(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    c = server.client
+    for k in range(250):
+        assert c.post(f"/jobs/j{k:03d}").status_code == 201
+    first = c.get("/jobs").json()
+    assert [j["job_id"] for j in first["jobs"]] == [f"j{k:03d}" for k in range(100)]
+    assert (first["total"], first["offset"], first["limit"], first["next_offset"]) == (250, 0, 100, 100)
+    seen, offset = [], 0
+    while offset is not None:
+        page = c.get("/jobs", params={"offset": offset, "limit": 64}).json()
+        seen += [j["job_id"] for j in page["jobs"]]
+        offset = page["next_offset"]
+    assert seen == [f"j{k:03d}" for k in range(250)]
+    for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"limit": "x"}):
+        r = c.get("/jobs", params=bad)
+        assert r.status_code == 422 and ("limit" in r.json()["detail"] or "offset" in r.json()["detail"])
+
+
+def test_metrics_are_served_gzipped_to_clients_that_take_it(servers, file_url, tmp_path):
+    server = Server(file_url, tmp_path / "state.json")
+    servers.append(server)
+    server.client.post("/jobs/a")
+    plain = server.client.get("/metrics", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and 'straggler_job_iterations{job="a"}' in plain.text
+    for accept in ("gzip", "br, gzip;q=0.5", "*"):
+        r = server.client.get("/metrics", headers={"accept-encoding": accept})
+        assert r.headers["content-encoding"] == "gzip" and r.text == plain.text  # httpx decodes it
+    r = server.client.get("/metrics", headers={"accept-encoding": "gzip;q=0"})
+    assert "content-encoding" not in r.headers

@@ -21,6 +21,17 @@ def test_default_guard_serves_localhost_names_only(host, ok):
     assert ApiGuard().host_allowed(host) is ok
 
 
+@pytest.mark.parametrize("host", [
+    "localhost:80@evil.com", "localhost@evil.com", "localhost:80/evil", "localhost:8x", "localhost:80:80",
+    "evil.com#localhost", "localhost evil.com", "[::1]:80@evil.com", "[::1]x", "[localhost]:80",
+    "localhost:123456", "local%68ost", "::1:80@evil",
+])
+def test_a_host_header_that_is_not_a_name_and_port_is_refused(host):
+    # a URL's user info ("localhost:80@evil.com") names evil.com for a proxy or a browser; served, it bypassed the list
+    assert ApiGuard().host_allowed(host) is False
+    assert ApiGuard(allowed_hosts=frozenset({"localhost", "evil.com"}), allow_ip_hosts=True).host_allowed(host) is False
+
+
 def test_a_wildcard_bind_serves_this_machine_and_ip_addresses():
     hosts, ip_hosts = default_hosts("0.0.0.0")
     g = ApiGuard(allowed_hosts=hosts, allow_ip_hosts=ip_hosts)

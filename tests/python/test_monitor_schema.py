@@ -93,6 +93,7 @@ ABUSE = [
      "/jobs/{job_id}", {413}),
     ("GET", "/", {"headers": {"host": "attacker.example"}}, "/", {400}),
     ("GET", "/metrics", {"headers": {"host": "localhost.attacker.example:8000"}}, "/metrics", {400}),
+    ("GET", "/", {"headers": {"host": "localhost:80@attacker.example"}}, "/", {400}),  # a URL's user info
     ("DELETE", "/jobs/ok", {"headers": {"authorization": "Bearer " + "x" * 10000}}, "/jobs/{job_id}", {401}),
     ("DELETE", "/jobs/ok", {"headers": {"authorization": "Bearer schema-test-tokeN"}}, "/jobs/{job_id}", {401}),
     ("GET", "/jobs/ok/results", {}, "/jobs/{job_id}/results", {200, 404}),

@@ -3,6 +3,7 @@ test (poll_once), a real file store, the analysis pool, the state file, store ou
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from relax_straggler.monitor import metrics as metrics_module
 from relax_straggler.monitor.replay import Injection, Synthetic, replay
 from relax_straggler.monitor.service import Monitor, MonitorConfig
 from relax_straggler.monitor.state import read_state
@@ -393,5 +395,159 @@ def test_the_longest_legal_job_id_is_polled_like_any_other(tmp_path, file_url):
         write_job(file_url, "j1", 10, inject="")
         m.poll_once()
         assert m.view(job)["iteration_count"] == 10 and m.view("j1")["iteration_count"] == 10
+    finally:
+        m.stop()
+
+
+def index_path(file_url: str, job: str) -> str:
+    return os.path.join(file_url[len("file://"):], "jobs", job, "index.jsonl")
+
+
+def test_a_damaged_job_index_never_stops_the_polls_of_the_others(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("bad")
+        m.register("good")
+        write_job(file_url, "bad", 10, inject="")
+        with open(index_path(file_url, "bad"), "ab") as f:
+            f.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")  # RecursionError in a JSON parser
+        write_job(file_url, "good", 20, inject="")
+        m.poll_once()
+        assert m.view("good")["iteration_count"] == 20 and m.view("good")["store_problems"] == []
+        bad = m.view("bad")
+        assert bad["iteration_count"] == 10 and m.view("good")["poll_error"] is None
+        assert len(bad["store_problems"]) == 1 and "index.jsonl line 11: unreadable index line: nested too deep" \
+            in bad["store_problems"][0]
+        assert "skipped damaged data" in bad["poll_error"] and bad["store_problems"][0] in bad["poll_error"]
+        assert m.job_problems() == {"count": 1, "jobs": ["bad"]}
+    finally:
+        m.stop()
+
+
+def test_any_error_reading_one_job_is_that_jobs_alone(tmp_path, file_url, monkeypatch):
+    real = FileStore.iterations
+
+    def failing(self, job, *args, **kwargs):
+        if job == "bad":  # a fault no store check foresaw
+            raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
+        return real(self, job, *args, **kwargs)
+
+    monkeypatch.setattr(FileStore, "iterations", failing)
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("bad")
+        m.register("good")
+        write_job(file_url, "good", 20, inject="")
+        m.poll_once()
+        assert m.view("good")["iteration_count"] == 20 and m.view("good")["poll_error"] is None
+        assert m.view("bad")["poll_error"] == ("RecursionError: maximum recursion depth exceeded while decoding a "
+                                               "JSON array")
+        assert m.health()["ok"] and m.job_problems() == {"count": 1, "jobs": ["bad"]}
+        monkeypatch.setattr(FileStore, "iterations", real)
+        m.poll_once()
+        assert m.view("bad")["poll_error"] is None and m.job_problems() == {"count": 0, "jobs": []}
+    finally:
+        m.stop()
+
+
+def abandon(m: Monitor) -> None:
+    """Leaves `m` as a kill -9 would: no compaction, no save at stop."""
+    m._pool.shutdown(wait=True)
+    m._journal.close()
+
+
+def test_the_hang_clock_survives_a_restart(tmp_path, file_url):
+    # iterations seen after the job's last saved record arrive again after a restart: they are not new progress
+    clock = Clock()
+    config = MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json"),
+                           trigger=TriggerConfig(hang_threshold_s=60.0))
+    m = Monitor(config, clock=clock)
+    m.register("quiet")
+    write_job(file_url, "quiet", 10, inject="")
+    clock.now += 1.0
+    m.poll_once()
+    write_job(file_url, "quiet", 20, inject="", first=10)
+    clock.now += 10.0
+    m.poll_once()  # iteration 19 seen now; then the job falls silent
+    last_seen = clock.now
+    clock.now += 44.0
+    abandon(m)
+    again = Monitor(config, clock=clock)
+    try:
+        again.poll_once()
+        view = again.view("quiet")
+        assert view["iteration_count"] == 20 and view["status"] == "active"
+        assert view["hang_check"]["seconds_since_last_iteration"] == pytest.approx(44.0)
+        clock.now = last_seen + 68.0
+        again.poll_once()
+        view = again.view("quiet")
+        assert view["status"] == "hanging"
+        assert view["hang_check"]["seconds_since_last_iteration"] == pytest.approx(68.0)
+    finally:
+        again.stop()
+    third = Monitor(config, clock=clock)  # compacted by the stop: still the same clock
+    try:
+        assert third.view("quiet")["hang_check"]["seconds_since_last_iteration"] == pytest.approx(68.0)
+    finally:
+        third.stop()
+
+
+def test_metrics_are_built_once_per_change_not_per_scrape(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("a")
+        first = m.metrics.text()
+        assert b'straggler_job_iterations{job="a"} 0.0' in first
+        assert m.metrics.text() is first  # nothing changed: the same bytes, not built again
+        m.register("b")
+        assert b'straggler_job_iterations{job="b"} 0.0' in m.metrics.text()
+        write_job(file_url, "a", 10, inject="")
+        scraped = m.metrics.text()
+        m.poll_once()  # the poll thread builds it after each poll
+        built = m.metrics.text()
+        assert built is not scraped and b'straggler_job_iterations{job="a"} 10.0' in built
+        assert m.metrics.text() is built
+    finally:
+        m.stop()
+
+
+def test_polls_rebuild_the_metrics_at_most_a_tenth_of_the_time(tmp_path, file_url, monkeypatch):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        m.register("a")
+        write_job(file_url, "a", 5, inject="")
+        clock = [100.0]
+        monkeypatch.setattr(metrics_module.time, "monotonic", lambda: clock[0])
+        built = {"n": 0}
+        real_generate = metrics_module.generate_latest
+
+        def generate(registry) -> bytes:  # a build of 0.3 s
+            built["n"] += 1
+            clock[0] += 0.3
+            return real_generate(registry)
+
+        monkeypatch.setattr(metrics_module, "generate_latest", generate)
+        first = m.metrics.text()  # built at 100.0-100.3: the next build from 103.0 on
+        m.poll_once()  # scraped, but within 3 s of the build
+        assert built["n"] == 1 and m.metrics.text() is first
+        clock[0] = 103.0
+        m.poll_once()
+        assert built["n"] == 2 and b'straggler_job_iterations{job="a"} 5.0' in m.metrics.text()
+        m.register("b")  # a change: the next scrape shows it at once
+        assert b'job="b"' in m.metrics.text() and built["n"] == 3
+        assert gzip.decompress(m.metrics.text(gzipped=True)) == m.metrics.text()
+    finally:
+        m.stop()
+
+
+def test_job_numbers_come_a_page_at_a_time_by_job_id(tmp_path, file_url):
+    m = Monitor(MonitorConfig(file_url, check_interval_s=0.1, state_path=str(tmp_path / "state.json")))
+    try:
+        for k in (3, 1, 2, 0, 4):
+            m.register(f"j{k}")
+        assert [j["job_id"] for j in m.job_numbers()] == ["j0", "j1", "j2", "j3", "j4"]
+        assert [j["job_id"] for j in m.job_numbers(1, 2)] == ["j1", "j2"]
+        assert [j["job_id"] for j in m.job_numbers(4, 2)] == ["j4"] and m.job_numbers(9, 2) == []
+        assert m.job_count() == 5
     finally:
         m.stop()

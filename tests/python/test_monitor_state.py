@@ -168,3 +168,49 @@ def test_state_journal_leaves_no_temporary_file(monitor, tmp_path):
     m.register("a")
     m.stop()
     assert [n for n in os.listdir(tmp_path) if n.startswith("state")] == ["state.json"]
+
+
+def test_a_deeply_nested_journal_line_is_refused_naming_file_and_line(tmp_path, file_url):
+    path = tmp_path / "state.json"
+    path.write_bytes(b'{"version":2,"store":"%s"}\n{"job":"a","record":%s}\n'
+                     % (file_url.encode(), b"[" * 100_000 + b"]" * 100_000))
+    with pytest.raises(ValueError, match=r"state.json: cannot read it: line 2: nested too deep"):
+        Monitor(MonitorConfig(file_url, state_path=str(path)))
+
+
+def test_a_malformed_record_is_refused_naming_its_line(tmp_path, file_url):
+    path = tmp_path / "state.json"
+    path.write_text('{"version":2,"store":"%s"}\n{"job":"a","record":{"registered_at":1}}\n' % file_url)
+    with pytest.raises(ValueError, match=r"state.json line 2: malformed record of job 'a'"):
+        Monitor(MonitorConfig(file_url, state_path=str(path)))
+
+
+@pytest.mark.parametrize("field", ["registered_at", "pending", "seen iteration", "seen time", "last_iteration",
+                                   "last_progress", "iteration_count", "normal_streak", "sum_ms"])
+def test_an_infinite_number_in_a_record_is_a_result_or_refused_naming_the_file(tmp_path, file_url, field):
+    # 1e400 reads as inf: int(inf) raised OverflowError out of the monitor's start
+    record = {"registered_at": 1.0, "topology": None, "results": [], "pending": [5, 6], "error": None,
+              "transitions": [[1.0, "active"]],
+              "detector": {"registered_at": 1.0, "baseline": [], "slow_streak": [], "normal_streak": 0,
+                           "detected": False, "last_progress": 1.0, "last_iteration": 4, "seen_before": None,
+                           "last_growth": None, "last_slow": False, "iteration_count": 5, "slow_iterations": 0,
+                           "sum_ms": 0.0, "min_ms": None, "max_ms": None, "last_ms": None}}
+    seen = [6, 2.0]
+    inf = float("inf")
+    if field == "pending":
+        record["pending"] = [inf, 6]
+    elif field.startswith("seen"):
+        seen[field == "seen time"] = inf
+    elif field == "registered_at":
+        record["registered_at"] = inf
+    else:
+        record["detector"][field] = inf
+    path = tmp_path / "state.json"
+    lines = [{"version": 2, "store": file_url}, {"job": "a", "record": record}, {"job": "a", "seen": seen}]
+    path.write_text("".join(json.dumps(line).replace("Infinity", "1e400") + "\n" for line in lines))
+    try:
+        m = Monitor(MonitorConfig(file_url, state_path=str(path)))
+    except ValueError as exc:
+        assert "state.json" in str(exc)
+    else:
+        m.stop()
