@@ -34,14 +34,16 @@ from step_times import StepClock
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB, MICRO_BATCH = 2, 32, 2, 16, 128, 2
 MICROBATCHES = 4
 BASE_S = 0.020
-SLOW = 1.5  # +10 ms per microbatch, 40 ms per step: well above 4 ranks' jitter on 2 cores
+SLOW = 3.0  # +40 ms per microbatch, 160 ms per step: 4 ranks sharing 2 cores with other work
+# stretch the stages they compute in by tens of ms (a rank sleeping longer leaves its peers
+# more CPU); how small a slowdown is found is measured in benchmarks/, not here
 INTERVAL, WARMUP = 2, 2
-# (name, steps, slowed ranks): 7 healthy reports to learn the noise; a slowed rank for 10
+# (name, steps, slowed ranks): 7 healthy reports to learn the noise; a slowed rank for 12
 # reports (confirming takes 3 to 8 in a row, more with more jitter), then 8 calm ones
 # (recovering takes 3, or up to the 8 of the median a window-confirmed finding holds on
 # to); the whole of stage 1 for 8 (imbalance takes 3).
-PHASES = (("healthy", 16, ()), ("slow rank 1", 20, (1,)), ("recovery", 16, ()),
-          ("slow rank 2", 20, (2,)), ("recovery", 16, ()), ("slow stage 1", 16, (2, 3)))
+PHASES = (("healthy", 16, ()), ("slow rank 1", 24, (1,)), ("recovery", 16, ()),
+          ("slow rank 2", 24, (2,)), ("recovery", 16, ()), ("slow stage 1", 16, (2, 3)))
 
 
 def gpt_chunk(layers: int = LAYERS, hidden: int = HIDDEN, heads: int = HEADS, vocab: int = VOCAB,
