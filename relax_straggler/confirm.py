@@ -56,7 +56,6 @@ from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
 from relax_straggler.payload import KernelMatrix
-from relax_straggler.run_queue import beyond_group
 from relax_straggler.stages import WORKLOAD_STAGES
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
@@ -345,6 +344,38 @@ class ConfirmedVerdict:
                          and excess >= HOST_CONTENTION_SHARE * f.facts.excess_ms)
             out.append(dataclasses.replace(f, facts=facts, cause="host_contention" if contended else f.cause))
         return tuple(out)
+
+
+def beyond_group(wait_ms: np.ndarray, groups: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Each rank's wait beyond the median of the other ranks of its comparison group (all
+    ranks when groups is None), ms. wait_ms: (ranks,) float64, NaN = not measured; groups:
+    one group id per rank. NaN where the rank or all its peers were not measured."""
+    wait = np.asarray(wait_ms, dtype=np.float64)
+    ids = np.zeros(wait.shape, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
+    if ids.shape != wait.shape:
+        raise ValueError(f"run-queue waits of {wait.shape[0]} ranks with {ids.shape[0]} group ids")
+    out = np.full(wait.shape, np.nan)
+    for g in np.unique(ids):
+        members = np.flatnonzero((ids == g) & np.isfinite(wait))
+        if members.size < 2:
+            continue
+        out[members] = wait[members] - _median_of_others(wait[members])
+    return out
+
+
+def _median_of_others(values: np.ndarray) -> np.ndarray:
+    """For each entry, the median of the array without it (values finite, size >= 2)."""
+    order = np.argsort(values, kind="stable")
+    s = values[order]
+    n = s.size - 1  # the others
+    pos = np.empty(s.size, dtype=np.int64)
+    pos[order] = np.arange(s.size)
+
+    def other(j: int) -> np.ndarray:  # the j-th smallest of the others, per entry
+        return np.where(j < pos, s[j], s[min(j + 1, s.size - 1)])
+
+    k = n // 2
+    return other(k) if n % 2 else (other(k - 1) + other(k)) / 2
 
 
 def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float]) -> np.ndarray:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from typing import Optional, Sequence
-
-import numpy as np
+from typing import Optional
 
 
 class RunQueueClock:
@@ -68,34 +66,3 @@ class RunQueueClock:
             fd, self._fd, self._tid = self._fd, None, None
             os.close(fd)
 
-
-def beyond_group(wait_ms: np.ndarray, groups: Optional[Sequence[int]] = None) -> np.ndarray:
-    """Each rank's wait beyond the median of the other ranks of its comparison group (all
-    ranks when groups is None), ms. wait_ms: (ranks,) float64, NaN = not measured; groups:
-    one group id per rank. NaN where the rank or all its peers were not measured."""
-    wait = np.asarray(wait_ms, dtype=np.float64)
-    ids = np.zeros(wait.shape, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
-    if ids.shape != wait.shape:
-        raise ValueError(f"run-queue waits of {wait.shape[0]} ranks with {ids.shape[0]} group ids")
-    out = np.full(wait.shape, np.nan)
-    for g in np.unique(ids):
-        members = np.flatnonzero((ids == g) & np.isfinite(wait))
-        if members.size < 2:
-            continue
-        out[members] = wait[members] - _median_of_others(wait[members])
-    return out
-
-
-def _median_of_others(values: np.ndarray) -> np.ndarray:
-    """For each entry, the median of the array without it (values finite, size >= 2)."""
-    order = np.argsort(values, kind="stable")
-    s = values[order]
-    n = s.size - 1  # the others
-    pos = np.empty(s.size, dtype=np.int64)
-    pos[order] = np.arange(s.size)
-
-    def other(j: int) -> np.ndarray:  # the j-th smallest of the others, per entry
-        return np.where(j < pos, s[j], s[min(j + 1, s.size - 1)])
-
-    k = n // 2
-    return other(k) if n % 2 else (other(k - 1) + other(k)) / 2

@@ -343,7 +343,9 @@ STEPS = 300
 @pytest.mark.parametrize("fault", ["kill", "stop"])
 @pytest.mark.parametrize("faulty", [1, 0], ids=["peer", "metrics_rank"])
 def test_a_run_the_analysis_alone_connects_finishes_whatever_a_rank_does(tmp_path, fault, faulty):
-    code, result, stderr, _ = run_pair(tmp_path / "run", "independent", fault, faulty, STEPS)
+    # Steps of 20 ms: the run outlasts the 3 s a stuck gather is given (steps of a millisecond
+    # ended before it), and the gathers before the fault have arrived when it comes.
+    code, result, stderr, _ = run_pair(tmp_path / "run", "independent", fault, faulty, STEPS, "--step-ms", "20")
     assert (code, result["outcome"], result["trained"]) == (0, "finished", STEPS), stderr[-3000:]
     assert result["uninstall_s"] <= BOUND_S + MARGIN_S, result
     assert_not_blocked({1 - faulty: result["step_s"]}, warmup=1, expected_steps=STEPS)

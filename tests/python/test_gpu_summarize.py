@@ -46,7 +46,8 @@ def _rank(rank: int, slow_kernel_ms: float) -> dict:
     steps = {10: _evidence(3.0, 0.5), 20: _evidence(3.0, 0.5), 30: _evidence(slow_kernel_ms, 0.5),
              40: _evidence(slow_kernel_ms, 0.5)}
     return {"rank": rank, "kernel_source": "cupti", "mode": "kernels", "steps": steps, "warnings": [],
-            "contender_matmuls": 800 if rank == 1 else None, "step_ms_before": 10.0, "step_ms_after": 14.0}
+            "contender_matmuls": 800 if rank == 1 else None, "step_ms_before": 10.0, "step_ms_after": 14.0,
+            "step_ms": [10.0] * 10 + [14.0] * 10}
 
 
 def _report(step: int, status: str, rank: int, stage: str, cause: str) -> dict:

