@@ -349,34 +349,34 @@ class ConfirmedVerdict:
 def beyond_group(wait_ms: np.ndarray, groups: Optional[Sequence[int]] = None) -> np.ndarray:
     """Each rank's wait beyond the median of the other ranks of its comparison group (all
     ranks when groups is None), ms. wait_ms: (ranks,) float64, NaN = not measured; groups:
-    one group id per rank. NaN where the rank or all its peers were not measured."""
+    one group id per rank. NaN where the rank or all its peers were not measured. One sort
+    of the measured ranks by (group, wait); each rank's median of the others is read from
+    its group's sorted run, one or two places shifted past its own."""
     wait = np.asarray(wait_ms, dtype=np.float64)
     ids = np.zeros(wait.shape, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
     if ids.shape != wait.shape:
         raise ValueError(f"run-queue waits of {wait.shape[0]} ranks with {ids.shape[0]} group ids")
     out = np.full(wait.shape, np.nan)
-    for g in np.unique(ids):
-        members = np.flatnonzero((ids == g) & np.isfinite(wait))
-        if members.size < 2:
-            continue
-        out[members] = wait[members] - _median_of_others(wait[members])
+    measured = np.flatnonzero(np.isfinite(wait))
+    if measured.size == 0:
+        return out
+    order = np.lexsort((wait[measured], ids[measured]))
+    g, v = ids[measured][order], wait[measured][order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, g.size])
+    start = np.repeat(starts, sizes)
+    pos = np.arange(g.size) - start  # own place in its group's sorted run
+    others = np.repeat(sizes, sizes) - 1
+
+    def other(j: np.ndarray) -> np.ndarray:  # the j-th smallest of the others (a rank alone: itself)
+        return v[start + np.minimum(np.where(j < pos, j, j + 1), others)]
+
+    k = others // 2
+    odd = others % 2 == 1
+    median = np.where(odd, other(k), (other(np.maximum(k - 1, 0)) + other(k)) / 2)
+    beyond = np.where(others >= 1, v - median, np.nan)
+    out[measured[order]] = beyond
     return out
-
-
-def _median_of_others(values: np.ndarray) -> np.ndarray:
-    """For each entry, the median of the array without it (values finite, size >= 2)."""
-    order = np.argsort(values, kind="stable")
-    s = values[order]
-    n = s.size - 1  # the others
-    pos = np.empty(s.size, dtype=np.int64)
-    pos[order] = np.arange(s.size)
-
-    def other(j: int) -> np.ndarray:  # the j-th smallest of the others, per entry
-        return np.where(j < pos, s[j], s[min(j + 1, s.size - 1)])
-
-    k = n // 2
-    return other(k) if n % 2 else (other(k - 1) + other(k)) / 2
-
 
 def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float]) -> np.ndarray:
     # The window sees what the tracker compares: work stages at the mean token count.
