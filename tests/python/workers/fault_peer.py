@@ -38,6 +38,7 @@ import relax_straggler
 import relax_straggler.aggregation
 from relax_straggler import StragglerConfig
 from step_times import StepClock  # beside this file
+from warnings_log import Warnings
 
 FAULT_STEP = 10
 TRAINING_TIMEOUT_S = 8  # the training's own collective timeout (a stopped DDP peer fails after it)
@@ -71,15 +72,6 @@ def inject_into_gather_of(step_of, fault_step: int, fails: bool) -> None:
         return InjectedWork(fails) if step_of() == fault_step else work
 
     dist.gather = gather
-
-
-class Warnings(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 def main() -> None:

@@ -31,17 +31,7 @@ import relax_straggler
 from megatron_gpt import forward_step, gpt_chunk, microbatches  # beside this file
 from megatron_worker import finish_pp2, grads_finalize, start_pp2
 from step_times import StepClock
-
-
-class Warnings(logging.Handler):
-    """The relax_straggler warnings of this process, as text."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+from warnings_log import Warnings
 
 
 def main() -> None:
