@@ -241,20 +241,31 @@ def _lines_op(data: bytes, rng: random.Random, op: str) -> bytes:
     return b"\n".join(lines)
 
 
+_BYTE_OPS = ("flip", "zero", "truncate")
+
+
+def _byte_op(b: bytearray, rng: random.Random, op: str, longest_zero: int) -> bytearray:
+    """The mutations of any file: bytes flipped, a range zeroed, the file cut anywhere
+    (flip and zero of a non-empty file)."""
+    if op == "flip":
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+    elif op == "zero":
+        i = rng.randrange(len(b))
+        n = min(len(b) - i, rng.randint(1, longest_zero))
+        b[i:i + n] = bytes(n)
+    elif op == "truncate":
+        b = b[:rng.randrange(len(b) + 1)]
+    return b
+
+
 def mutate_text(data: bytes, rng: random.Random, hostile_lines: list) -> tuple[bytes, str]:
     """One mutation of an index or journal; returns (bytes, its name)."""
     b = bytearray(data)
     op = rng.choice(("flip", "zero", "truncate", "truncate-line", "append", "duplicate", "delete", "swap",
                      "hostile-line", "hostile-number"))
-    if op == "flip" and b:
-        for _ in range(rng.randint(1, 8)):
-            b[rng.randrange(len(b))] = rng.randrange(256)
-    elif op == "zero" and b:
-        i = rng.randrange(len(b))
-        n = min(len(b) - i, rng.randint(1, 200))
-        b[i:i + n] = bytes(n)
-    elif op == "truncate":
-        b = b[:rng.randrange(len(b) + 1)]
+    if op in _BYTE_OPS and (b or op == "truncate"):
+        b = _byte_op(b, rng, op, longest_zero=200)
     elif op == "truncate-line":
         ends = [i + 1 for i, c in enumerate(b) if c == 10]
         b = b[:rng.choice(ends)] if ends else b
@@ -281,15 +292,8 @@ def mutate_segment(data: bytes, rng: random.Random, frame_starts: list) -> tuple
     """One mutation of a segment; returns (bytes, its name)."""
     b = bytearray(data)
     op = rng.choice(("flip", "zero", "truncate", "truncate-frame", "append", "torn-frame"))
-    if op == "flip" and b:
-        for _ in range(rng.randint(1, 8)):
-            b[rng.randrange(len(b))] = rng.randrange(256)
-    elif op == "zero" and b:
-        i = rng.randrange(len(b))
-        n = min(len(b) - i, rng.randint(1, 500))
-        b[i:i + n] = bytes(n)
-    elif op == "truncate":
-        b = b[:rng.randrange(len(b) + 1)]
+    if op in _BYTE_OPS and (b or op == "truncate"):
+        b = _byte_op(b, rng, op, longest_zero=500)
     elif op == "truncate-frame" and frame_starts:
         b = b[:rng.choice(frame_starts)]
     elif op == "append":
