@@ -17,6 +17,11 @@ import threading
 import time
 from typing import Callable, Optional, Protocol
 
+# np.median loads numpy.ma on its first call (100-170 ms holding the GIL, which the metrics
+# rank's training thread then waits for and times as its own stage): loaded with this module,
+# before training, not by the first report that names a straggler.
+import numpy.ma  # noqa: F401
+
 from relax_straggler.payload import PendingRows
 from relax_straggler.report import Report
 

@@ -21,11 +21,16 @@ def test_the_slow_ranks_cause_comes_from_its_kernel_records(tmp_path, mode):
     reports = run["reports"]
     assert len(reports) == 24, ([m["step"] for m in reports], proc.stderr[-4000:])
     # Confirmed on stage times (45 ms against 5), and named with the kernel records' cause
-    # whenever the finding is shown: its streak may restart after a jittery report.
+    # whenever its finding is shown: its streak may restart after a jittery report. A loaded
+    # host may stretch rank 0's 5 ms forward past rank 1's for a report; that finding's kernels
+    # ran no longer than its peer's, so it keeps the stage times' cause.
     confirmed = [m for m in reports if m["straggler/verdict/status"] == "straggler"]
     assert confirmed and all(m["straggler/verdict/rank"] == 1 for m in confirmed)
-    named = [m for m in reports if m["step"] >= 4 and m["straggler/verdict/stage"] == "forward"]
-    assert named and {m["straggler/verdict/cause"] for m in named} == {mode}
+    named = [m for m in reports if m["step"] >= 4 and m["straggler/verdict/stage"] == "forward"
+             and m["straggler/verdict/rank"] == 1]
+    assert named and {m["straggler/verdict/cause"] for m in named} == {mode}, [
+        (m["step"], m["straggler/verdict/status"], m["straggler/verdict/cause"], m["straggler/forward/local_ms"],
+         m["straggler/forward/max_ms"], m.get("straggler/forward/kernel_ms")) for m in named]
     m = reports[-1]
     assert m["straggler/forward/top_rank"] == 1
     if mode == "device":  # 45 ms section: 44 ms of kernels
