@@ -11,8 +11,8 @@ steps, a side-group gather taken for stuck after 3 s), each rank's step times re
     stop/metrics          the metrics rank SIGSTOPped for good                   (independent ranks)
     kill/peer             rank 1 SIGKILLed                                        (independent ranks)
 
-Per fault and rank still running: the median step, the longest step after the first (ms),
-their ratio, and how the analysis ended (stopped for what, or held and resumed). For the
+Per fault and rank still running: the median step, the longest step after the first (ms)
+and which step it was, their ratio, and how the analysis ended (stopped for what, or held and resumed). For the
 rank the fault is on, only its steps after the fault count (a stopped process's own stop
 is not the analyzer's). docs/PERFORMANCE.md ("What a fault costs a training step") records
 the results.
@@ -90,11 +90,13 @@ def run(name: str) -> list[dict]:
             if not path.exists():
                 continue
             r = json.loads(path.read_text())
-            times = r["step_s"][FAULT_STEP + 1:] if rank == faulty else r["step_s"][1:]
+            first = FAULT_STEP + 1 if rank == faulty else 1
+            times = r["step_s"][first:]
             median = statistics.median(times)
             held = r["counters"].get("skipped_samples", 0)
             rows.append({"fault": name, "rank": rank, "faulty": rank == faulty, "steps": len(r["step_s"]),
                          "median_ms": round(median * 1e3, 1), "max_ms": round(max(times) * 1e3, 1),
+                         "longest_step": first + times.index(max(times)),
                          "max_over_median": round(max(times) / median, 1),
                          "stopped_by": r["stopped_by"], "skipped_samples": held,
                          "uninstall_s": round(r["uninstall_s"], 2)})
