@@ -12,9 +12,9 @@ steps, a side-group gather taken for stuck after 3 s), each rank's step times re
     kill/peer             rank 1 SIGKILLed                                        (independent ranks)
 
 Per fault and rank still running: the median step, the longest step after the first (ms)
-and which step it was, their ratio, and how the analysis ended (stopped for what, or held and resumed). For the
-rank the fault is on, only its steps after the fault count (a stopped process's own stop
-is not the analyzer's). docs/PERFORMANCE.md ("What a fault costs a training step") records
+and which step it was, their ratio, and how the analysis ended (stopped for what, or held
+and resumed). For the rank the fault is on, only its steps after the fault count (a
+stopped process's own stop is not the analyzer's). docs/PERFORMANCE.md ("What a fault costs a training step") records
 the results.
 
     .venv/bin/python benchmarks/fault_steps.py [--faults gather-fails/peer ...]
