@@ -321,6 +321,11 @@ def main(argv: Optional[list] = None) -> None:
     front.start()
     done.wait()
     front.stop()
+    with _engine_lock:
+        _engine.close()  # what an orderly stop owes: the engine's tables closed
+    # Interpreter teardown with the engine's threads still alive once hung past a minute;
+    # nothing is left to do.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -4,9 +4,12 @@ A worker times each of its training steps with a StepClock and hands the times b
 its result; the test passes every rank's times to `assert_not_blocked`, which fails when a
 step with the analyzer took longer than the slowest step of the run's warm-up plus
 FACTOR x the run's median step on that rank (at least MIN_MARGIN_S more). The bound is
-generous on purpose: a loaded host slows steps by a few times and deschedules a process
-for tens of ms, a wait on a peer or on the metrics rank (seconds to minutes) exceeds it by
-far.
+generous on purpose: a loaded host slows steps by a few times, and a virtual machine whose
+CPUs the hypervisor takes away (here about a tenth of their time even when idle, /proc/stat
+"steal") freezes every rank for up to a second (steps of 13 ms median took 230-900 ms in
+the fault suite on a quiet host); a wait on a peer or on the metrics rank (seconds to
+minutes) exceeds it by far. Shorter stalls of our own are for tests that measure them
+(tests/python/test_report_imports.py).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 FACTOR = 10.0  # median steps a step may exceed the warm-up's slowest by
-MIN_MARGIN_S = 0.2  # ... and at least this (steps of a millisecond or less)
+MIN_MARGIN_S = 1.0  # ... and at least this (a host freeze, short steps)
 
 
 class StepClock:
