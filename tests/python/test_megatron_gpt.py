@@ -109,10 +109,13 @@ def test_one_slowed_rank_is_confirmed_in_its_stage_and_nobody_waiting_is_blamed(
     first = next((i for i, r in enumerate(reports) if named(r) == (rank, "forward")), None)
     assert first is not None and first <= 8, describe(reports)
     assert all(named(r) == (rank, "forward") or contended(r) for r in reports[first:]), describe(reports)
+    # Its cause: compute, or host contention where the run-queue wait it measured covers most
+    # of its excess (4 ranks on 2 cores: a rank that wakes from its sleep waits for a CPU).
     for r in reports[first:]:
-        confirmed = [(f["rank"], f["group"], f["stage"], f["cause"]) for f in r["findings"]
-                     if f["state"] == "straggler" and f["rank"] == rank and f["stage"] == "forward"]
-        assert confirmed == [(rank, run.stage_of[rank], "forward", "compute")], describe(reports)
+        confirmed = [(f["rank"], f["group"], f["stage"]) for f in r["findings"]
+                     if f["state"] == "straggler" and f["rank"] == rank and f["stage"] == "forward"
+                     and f["cause"] in ("compute", CONTENTION)]
+        assert confirmed == [(rank, run.stage_of[rank], "forward")], describe(reports)
     # Its pipeline peer waits in p2p, its data-parallel peer in the gradient all-reduce and
     # the other stage's second rank in that stage's all-reduce: none of them is confirmed
     # where those waits land (forward, communication) while it is slow or while it
