@@ -14,8 +14,8 @@ steps, a side-group gather taken for stuck after 3 s), each rank's step times re
 Per fault and rank still running: the median step, the longest step after the first (ms)
 and which step it was, their ratio, and how the analysis ended (stopped for what, or held
 and resumed). For the rank the fault is on, only its steps after the fault count (a
-stopped process's own stop is not the analyzer's). docs/PERFORMANCE.md ("What a fault costs a training step") records
-the results.
+stopped process's own stop is not the analyzer's). docs/PERFORMANCE.md ("What a fault
+costs a training step") records the results.
 
     .venv/bin/python benchmarks/fault_steps.py [--faults gather-fails/peer ...]
 """
@@ -92,12 +92,12 @@ def run(name: str) -> list[dict]:
             r = json.loads(path.read_text())
             first = FAULT_STEP + 1 if rank == faulty else 1
             times = r["step_s"][first:]
-            median = statistics.median(times)
+            median, longest = statistics.median(times), max(times)
             held = r["counters"].get("skipped_samples", 0)
             rows.append({"fault": name, "rank": rank, "faulty": rank == faulty, "steps": len(r["step_s"]),
-                         "median_ms": round(median * 1e3, 1), "max_ms": round(max(times) * 1e3, 1),
-                         "longest_step": first + times.index(max(times)),
-                         "max_over_median": round(max(times) / median, 1),
+                         "median_ms": round(median * 1e3, 1), "max_ms": round(longest * 1e3, 1),
+                         "longest_step": first + times.index(longest),
+                         "max_over_median": round(longest / median, 1),
                          "stopped_by": r["stopped_by"], "skipped_samples": held,
                          "uninstall_s": round(r["uninstall_s"], 2)})
         return rows

@@ -378,6 +378,7 @@ def beyond_group(wait_ms: np.ndarray, groups: Optional[Sequence[int]] = None) ->
     out[measured[order]] = beyond
     return out
 
+
 def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float]) -> np.ndarray:
     # The window sees what the tracker compares: work stages at the mean token count.
     workload = np.asarray(tokens, dtype=np.float64)

@@ -65,4 +65,3 @@ class RunQueueClock:
         if self._fd is not None:
             fd, self._fd, self._tid = self._fd, None, None
             os.close(fd)
-
