@@ -1,11 +1,11 @@
 """Offline analysis of recorded runs (``relax-straggler analyze``).
 
     source = relax_straggler.readers.open_source(path)
-    result = analyze(source, AnalyzeConfig())
+    result = analyze(source, AnalyzeConfig(), timeline=True)  # timeline: for the heatmap only
     analysis = build_analysis(result)     # typed: verdict, anomalies, per-rank scores (result.py)
     summary = summary_dict(analysis)      # JSON-ready dict (build_summary(result) does both)
     render(summary, rich.console.Console())
-    relax_straggler.analysis.heatmap.write_heatmap(summary, "heatmap.png")  # imports matplotlib
+    relax_straggler.analysis.heatmap.write_heatmap(result.timeline.grid(), path, "heatmap.png")  # matplotlib
 
 The names load on first use, so the command line builds its parser (from AnalyzeConfig)
 without importing the engine and the readers.

@@ -32,6 +32,7 @@ from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.analysis.confirmed import ConfirmedSummary, ConfirmedTally
 from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.minmax import MinMaxSummary
+from relax_straggler.analysis.rank_timeline import RankTimeline
 from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes
 from relax_straggler.topology import Topology
 from relax_straggler.stages import STAGE_IDS, STAGES, is_communication
@@ -118,10 +119,11 @@ class RunResult:
     minmax: MinMaxSummary
     ensemble: Optional[EnsembleVotes]  # the window detector's votes (AnalyzeConfig.ensemble_steps), or None
     confirmed: Optional[ConfirmedSummary]  # the live analyzer's confirmed verdict over the steps, or None
+    timeline: Optional[RankTimeline] = None  # per-rank compute slowdown over time (analyze(timeline=True))
 
 
 class _Run:
-    def __init__(self, topology: Topology, config: AnalyzeConfig) -> None:
+    def __init__(self, topology: Topology, config: AnalyzeConfig, timeline: bool = False) -> None:
         self.topology = topology
         self.config = config
         self.attributor = core().RunAttributor(topology.dp, topology.pp, list(COMPUTE_STAGES), config.engine_config(),
@@ -135,6 +137,7 @@ class _Run:
         self.per_token = False
         self.history = StepHistory(topology.world_size, config.ensemble_steps) if config.ensemble_steps else None
         self.confirmed = ConfirmedTally(config)
+        self.timeline = RankTimeline(topology) if timeline else None
 
     def add(self, step: StepTimes, path: str) -> None:
         topo = self.topology
@@ -175,6 +178,8 @@ class _Run:
             paired = np.isfinite(compute) & np.isfinite(ref)
             total = np.where(paired, compute, 0.0).sum(axis=1) / np.where(paired, ref, 0.0).sum(axis=1)
         ran, ok, total_ok = ~np.isnan(ms), np.isfinite(slowdown), np.isfinite(total)
+        if self.timeline is not None:
+            self.timeline.add(step.step, r, total)
         if r.size == self.seen.size:  # every rank (ranks are ascending and unique): fold in place
             self.seen[:] = True
             np.add(s.sum_ms, ms, out=s.sum_ms, where=ran)
@@ -194,9 +199,11 @@ class _Run:
 
 
 def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_node: Optional[int] = None,
-            progress: Optional[Progress] = None) -> RunResult:
-    """Reads every step of `source` and attributes. Raises InputError when the input has
-    no usable step, or when its ranks do not fit its topology; ValueError on a bad config."""
+            progress: Optional[Progress] = None, timeline: bool = False) -> RunResult:
+    """Reads every step of `source` and attributes; with `timeline`, also keeps each rank's
+    compute slowdown over time for the heatmap (RunResult.timeline, analysis/rank_timeline.py).
+    Raises InputError when the input has no usable step, or when its ranks do not fit its
+    topology; ValueError on a bad config."""
     config.engine_config()  # validate before reading
     run: Optional[_Run] = None
     minmax = MinMaxSummary()
@@ -208,7 +215,7 @@ def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_n
                 topo = source.topology() or Topology.flat(int(step.ranks.max()) + 1)
                 if ranks_per_node is not None:
                     topo = replace(topo, ranks_per_node=ranks_per_node)
-                run = _Run(topo, config)
+                run = _Run(topo, config, timeline)
             run.add(step, source.path)
         if progress is not None:
             progress(source.done_bytes, source.total_bytes)
@@ -231,6 +238,7 @@ def analyze(source: Source, config: AnalyzeConfig = AnalyzeConfig(), ranks_per_n
         per_token=run is not None and run.per_token,
         minmax=minmax,
         confirmed=None if run is None else run.confirmed.summary(),
+        timeline=None if run is None else run.timeline,
         ensemble=None if run is None or run.history is None else run_ensemble(run.history, run.topology,
                                                                               ranks=np.flatnonzero(run.seen)),
     )

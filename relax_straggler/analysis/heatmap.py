@@ -1,90 +1,54 @@
-"""Rank x stage heatmap (PNG, matplotlib) in two panels with their own colour scales:
+"""`analyze --heatmap`: each rank's compute slowdown over time (PNG, matplotlib).
 
-- compute stages (forward, backward, optimizer, data, attention, moe): the rank's mean time
-  over the median rank of the stage, so 1.0 is typical, a bright row is a slow rank and a
-  bright band of rows a slow pipeline stage;
-- communication: the same ratio, apart, because a collective's time includes waiting for
-  its peers (docs/ARCHITECTURE.md invariant 7): the fast ranks show the long times, and on
-  one shared scale their waits (hundreds of times the median on the AR trace) would wash
-  out every compute difference.
+Rows are ranks (ordered by pipeline stage, data-parallel rank, tensor-parallel rank),
+columns windows of steps, time running left to right; a cell is the rank's compute time
+over the median of its data-parallel replicas in the same pipeline stage, the step value
+`per_rank.compute_slowdown` averages (analysis/rank_timeline.py), averaged over the
+window. One meaning, one fixed scale (slowdown_image.py): white as fast as its replicas,
+dark red slow. A straggler that starts mid-run is a red band from its first window on; a
+slow pipeline stage is pale (its ranks are compared within the stage: see the report's
+imbalance findings). Collective times are not drawn: a long wait marks the ranks that
+waited, not the slow one (docs/ARCHITECTURE.md invariant 7), and would need another
+meaning of red.
 
-Rows are ordered by pipeline stage, then data-parallel rank, then tensor-parallel rank."""
+Thousands of ranks or steps are aggregated as rank_timeline.py says, and the title says so.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from relax_straggler.analysis.rank_timeline import TimelineGrid
+from relax_straggler.slowdown_image import draw_slowdown, figure_for, hottest_row, save, set_ticks, wrapped
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after selecting the non-interactive backend)
-import numpy as np  # noqa: E402
-from matplotlib.colors import TwoSlopeNorm  # noqa: E402
-
-from relax_straggler.stages import STAGES, is_communication  # noqa: E402
+_TITLE_PT, _NOTE_PT = 10, 8
 
 
-@dataclass(frozen=True)
-class HeatmapGrids:
-    """ranks: the per_rank entries in row order; compute (rows, len(compute_stages)) and
-    communication (rows, len(comm_stages)): mean time / median rank of the stage, NaN
-    where a rank did not run it."""
-
-    ranks: list[dict]
-    compute_stages: list[str]
-    compute: np.ndarray
-    comm_stages: list[str]
-    communication: np.ndarray
-
-
-def _relative(ranks: list[dict], stages: list[str]) -> np.ndarray:
-    ms = np.array([[r["mean_ms"].get(s, np.nan) for s in stages] for r in ranks]).reshape(len(ranks), len(stages))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ref = np.nanmedian(np.where(ms > 0, ms, np.nan), axis=0) if stages else np.zeros(0)
-        return ms / ref
-
-
-def heatmap_grids(summary: dict) -> HeatmapGrids:
-    """The two grids of summary["per_rank"]. Raises ValueError when it has no per-rank times."""
-    ranks = sorted(summary["per_rank"], key=lambda r: (r["pp_rank"], r["dp_rank"], r["tp_rank"]))
-    if not ranks:
+def timeline_figure(grid: TimelineGrid, source: str):
+    """The heatmap of `grid` as a matplotlib Figure; `source` names the input in the title.
+    Raises ValueError when the grid is empty (no per-rank step)."""
+    rows, cols = grid.values.shape
+    if rows == 0 or cols == 0:
         raise ValueError("no per-rank times to draw (min/max-only input)")
-    present = {s for r in ranks for s in r["mean_ms"]}
-    compute = [s for s in STAGES if s in present and not is_communication(s)]
-    comm = [s for s in STAGES if s in present and is_communication(s)]
-    return HeatmapGrids(ranks, compute, _relative(ranks, compute), comm, _relative(ranks, comm))
+    fig, ax = figure_for(rows, cols)
+    window = "each column one step" if grid.steps_per_window == 1 else \
+        f"each column the mean over {grid.steps_per_window} steps"
+    binned = "" if grid.ranks_per_row == 1 else \
+        f"; each row {grid.ranks_per_row} ranks, the slowest of them in each step"
+    fig.suptitle(wrapped(fig, f"{source}: compute slowdown per rank over {grid.steps} steps", _TITLE_PT),
+                 fontsize=_TITLE_PT)
+    ax.set_title(wrapped(fig, f"the rank's compute time / the median of its data-parallel replicas "
+                              f"(same pipeline stage); {window}{binned}; white <= 1.0, grey: not recorded",
+                         _NOTE_PT), fontsize=_NOTE_PT)
+    steps = [str(int(first)) for first, _ in grid.window_steps]
+    set_ticks(ax.xaxis, steps, 16, rotation=0, fontsize=8)
+    ax.set_xlabel("step" if grid.steps_per_window == 1 else "step (first of the window)")
+    set_ticks(ax.yaxis, grid.row_labels, 32, keep=hottest_row(grid.values), fontsize=7)
+    ax.set_ylabel("rank (ordered pp, dp, tp)" if grid.ranks_per_row == 1 else
+                  f"ranks, {grid.ranks_per_row} per row (ordered pp, dp, tp)")
+    draw_slowdown(fig, ax, grid.values, "compute slowdown (x replicas' median)")
+    return fig
 
 
-def _panel(fig, ax, grid: np.ndarray, stages: list[str], title: str, label: str) -> None:
-    finite = grid[np.isfinite(grid)]
-    top = max(2.0, float(finite.max())) if finite.size else 2.0
-    image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="RdBu_r",
-                      norm=TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=top))
-    ax.set_xticks(range(len(stages)), [s.replace("communication/", "comm/") for s in stages], rotation=40, ha="right")
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax, label=label)
-
-
-def write_heatmap(summary: dict, path: str) -> None:
-    """Writes the heatmap of summary["per_rank"] to `path`. Raises ValueError when the
-    summary has no per-rank times (min/max-only input), OSError when the file cannot be written."""
-    g = heatmap_grids(summary)
-    panels = [(g.compute, g.compute_stages, "compute: mean time / median rank", "x median of the stage")]
-    if g.comm_stages:
-        panels.append((g.communication, g.comm_stages, "communication (includes waiting for peers)",
-                       "x median (long = waited)"))
-    widths = [max(2.0, 1.1 * len(stages) + 1.5) for _, stages, _, _ in panels]
-    height = min(20.0, 2.0 + 0.18 * len(g.ranks))
-    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths) + 1.5, height), squeeze=False,
-                             gridspec_kw={"width_ratios": widths})
-    for ax, (grid, stages, title, label) in zip(axes[0], panels):
-        _panel(fig, ax, grid, stages, title, label)
-    step = max(1, len(g.ranks) // 40)
-    axes[0][0].set_yticks(range(0, len(g.ranks), step),
-                          [f"r{r['rank']} dp{r['dp_rank']} pp{r['pp_rank']}" for r in g.ranks[::step]], fontsize=7)
-    for ax in axes[0][1:]:
-        ax.set_yticks([])
-    fig.suptitle(f"{summary['input']['path']}: {summary['input']['steps']} steps", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+def write_heatmap(grid: TimelineGrid, source: str, path: str) -> None:
+    """Writes the heatmap of `grid` to `path` (PNG). Raises ValueError when the grid is
+    empty, OSError when the file cannot be written."""
+    save(timeline_figure(grid, source), path)

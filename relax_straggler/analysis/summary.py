@@ -1,5 +1,5 @@
 """The analysis (analysis/result.py) rendered as one JSON-ready dict: the --format json
-output and the input of the terminal report and the heatmap.
+output and the input of the terminal report.
 
     {"input":       path, format, records, steps, ranks, topology, problems, op names excluded/unknown,
      "verdict":     {"status": stragglers | imbalance | clean | inconclusive, "summary": str},

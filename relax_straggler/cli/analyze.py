@@ -31,7 +31,8 @@ def register(subparsers) -> None:
     out.add_argument("--format", choices=("text", "json"), default="text",
                      help="text: terminal report; json: the JSON summary only, on stdout")
     out.add_argument("--json", dest="json_path", default=None, help="also write the JSON summary to this file")
-    out.add_argument("--heatmap", default=None, help="write the rank x stage heatmap PNG to this file")
+    out.add_argument("--heatmap", default=None, metavar="PNG",
+                     help="write each rank's compute slowdown over time (rank x step heatmap) to this PNG file")
     out.add_argument("--no-progress", action="store_true", help="no progress bar")
     out.add_argument("--no-whatif", action="store_true",
                      help="skip the what-if replay of per-op traces (the summary's \"whatif\" figures)")
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     from relax_straggler.analysis import analyze, build_analysis, render, summary_dict
-    from relax_straggler.analysis.summary import per_rank_entries, write_summary
+    from relax_straggler.analysis.summary import write_summary
     from relax_straggler.analysis.terminal import TOP_RANKS
     from relax_straggler.analysis.whatif import whatif_summary
     from relax_straggler.readers import open_source
@@ -69,31 +70,32 @@ def run(args: argparse.Namespace) -> int:
                       TimeRemainingColumn(), console=err, disable=not show, transient=True) as bar:
             task = bar.add_task("reading", total=source.total_bytes)
             result = analyze(source, config, ranks_per_node=args.ranks_per_node,
-                             progress=lambda done, total: bar.update(task, completed=done))
+                             progress=lambda done, total: bar.update(task, completed=done),
+                             timeline=args.heatmap is not None)
         analysis = build_analysis(result)
         # The slowest ranks only: every rank's entry is written from the columns (a million ranks are common).
         summary = summary_dict(analysis, slowest=TOP_RANKS)
         whatif = None if args.no_whatif else whatif_summary(source)
         if whatif is not None:
             summary["whatif"] = json_safe(whatif)
-        return summary, analysis.per_rank
+        return summary, analysis.per_rank, result.timeline
 
     code, done = read_reporting_errors(err, args.path, read)
     if code is not None:
         return code
-    summary, per_rank = done
+    summary, per_rank, timeline = done
     try:
         if args.json_path:
             with open(args.json_path, "w", encoding="utf-8") as f:
                 write_summary(summary, f, per_rank)
-        if args.heatmap and len(per_rank):
+        if args.heatmap and timeline is not None:
             from relax_straggler.analysis.heatmap import write_heatmap  # matplotlib only when asked
 
-            write_heatmap({**summary, "per_rank": list(per_rank_entries(per_rank))}, args.heatmap)
+            write_heatmap(timeline.grid(), summary["input"]["path"], args.heatmap)
     except OSError as exc:
         err.print(f"[red]error:[/] cannot write {exc.filename}: {exc.strerror}", highlight=False, soft_wrap=True)
         return 1
-    if args.heatmap and not len(per_rank):
+    if args.heatmap and timeline is None:
         err.print("note: no heatmap: the input has no per-rank times (min/max only)", highlight=False, soft_wrap=True)
     if args.format == "json":
         write_summary(summary, sys.stdout, per_rank)

@@ -1,6 +1,6 @@
 """`whatif` reads its input as `analyze` does (format detection, --input-format, --strict,
 skipped records named by file and row); `analyze` adds the what-if figures to its summary
-for per-op inputs; the analyze heatmap keeps collective waits apart from compute."""
+for per-op inputs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -68,24 +67,6 @@ def test_analyze_without_per_op_records_has_no_whatif(capsys):
     log = Path(__file__).parent / "fixtures" / "megatron_all.log"
     assert main(["analyze", str(log), "--no-progress", "--format", "json"]) == 0
     assert "whatif" not in json.loads(capsys.readouterr().out)
-
-
-def test_ar_heatmap_slow_worker_is_the_hottest_compute_cell(tmp_path, capsys):
-    from relax_straggler.analysis.heatmap import heatmap_grids
-
-    png = tmp_path / "ar.png"
-    assert main(["analyze", str(DATA / "trace-AR.parquet"), "--no-progress", "--format", "json", "--no-whatif",
-                 "--heatmap", str(png)]) == 0
-    assert png.read_bytes()[:4] == b"\x89PNG"
-    g = heatmap_grids(json.loads(capsys.readouterr().out))
-    row, col = np.unravel_index(np.nanargmax(g.compute), g.compute.shape)
-    hottest = g.ranks[row]
-    assert (hottest["dp_rank"], hottest["pp_rank"]) == (0, 0)
-    assert g.compute_stages[col] in ("forward", "backward")
-    # Every other worker's compute cells stay near the median; the waits sit in their own panel.
-    others = [i for i, r in enumerate(g.ranks) if (r["dp_rank"], r["pp_rank"]) != (0, 0)]
-    assert np.nanmax(g.compute[others]) < 1.5 < np.nanmax(g.compute)
-    assert np.nanmax(g.communication) > 10 * np.nanmax(g.compute)
 
 
 @pytest.mark.parametrize("sizes", ["dp_size: 1\npp_size: 4\ntp_size: 2\n",  # ST is dp 2 x pp 4 x tp 1
