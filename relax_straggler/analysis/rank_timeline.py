@@ -61,6 +61,8 @@ class RankTimeline:
         position[self._order] = np.arange(world)
         self._row_of = position // self.ranks_per_row
         self._rows = math.ceil(world / self.ranks_per_row)
+        self._row_starts = np.arange(0, world, self.ranks_per_row)
+        self._all_rows = np.arange(self._rows)
         self._max_windows = max_windows
         self._sums = np.zeros((max_windows, self._rows))
         self._counts = np.zeros((max_windows, self._rows), np.int64)
@@ -79,9 +81,13 @@ class RankTimeline:
             self._first.append(step)
             self._last.append(step)
             self._filled = 0
-        rows = self._row_of[ranks]
-        per_row = np.full(self._rows, np.nan)
-        np.fmax.at(per_row, rows, values)
+        if ranks.size == self._row_of.size:  # every rank (ascending, unique): rows are runs of positions
+            rows = self._all_rows
+            per_row = np.fmax.reduceat(values[self._order], self._row_starts)
+        else:
+            rows = self._row_of[ranks]
+            per_row = np.full(self._rows, np.nan)
+            np.fmax.at(per_row, rows, values)
         ok = np.isfinite(per_row)
         w = len(self._first) - 1
         self._sums[w, ok] += per_row[ok]

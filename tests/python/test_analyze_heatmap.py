@@ -6,6 +6,7 @@ axis, the straggler at its full ratio from the step it starts, the fixed colour 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,24 @@ def test_rank_timeline_merges_windows_and_rows_to_stay_bounded():
     expected = [np.mean([1.0 + s / 100 for s in range(16 * k, min(16 * k + 16, 100))]) for k in range(7)]
     assert grid.values[1] == pytest.approx(expected)
     assert np.all(grid.values[[0, 2, 3]] == 1.0)
+
+
+@pytest.mark.parametrize("topology", [Topology(dp=100, pp=3, tp=2), Topology(dp=7, pp=5, tp=3)])
+def test_rank_timeline_reads_every_rank_as_it_reads_some(topology):
+    # A step of every rank takes the reduceat path, a step of some ranks ufunc.at: same rows.
+    rng, world = np.random.default_rng(1), topology.world_size
+    every, some = RankTimeline(topology, max_rows=16), RankTimeline(topology, max_rows=16)
+    for step in range(10):
+        values = rng.uniform(0.5, 3.0, world)
+        values[rng.random(world) < 0.2] = np.nan
+        kept = np.sort(rng.choice(world, world - 1, replace=False))
+        full = np.full(world, np.nan)
+        full[kept] = values[kept]
+        every.add(step, np.arange(world), full)
+        some.add(step, kept, values[kept])
+    a, b = every.grid().values, some.grid().values
+    assert a.shape == b.shape == (math.ceil(world / math.ceil(world / 16)), 10)
+    assert np.array_equal(np.isnan(a), np.isnan(b)) and np.allclose(a, b, equal_nan=True)
 
 
 def test_rank_timeline_refuses_odd_window_counts():
