@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import gc
 import math
-import time
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -62,10 +62,12 @@ class GcPauses:
     def _on_gc(self, phase: str, info: dict) -> None:
         try:
             if phase == "start":
-                self._began = time.perf_counter_ns()
+                self._began = perf_counter_ns()
             elif self._began:
-                g = min(info["generation"], GENERATIONS - 1)
-                self._ns[g] += time.perf_counter_ns() - self._began
+                g = info["generation"]
+                if g >= GENERATIONS:
+                    g = GENERATIONS - 1
+                self._ns[g] += perf_counter_ns() - self._began
                 self._count[g] += 1
                 self._began = 0
         except Exception:  # noqa: BLE001 - the interpreter's collection must never see our error
