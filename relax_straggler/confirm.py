@@ -228,7 +228,7 @@ class Finding:
             line += f"; ranks {', '.join(map(str, self.facts.waiting_ranks))} waited on it"
         if self.facts.run_queue_excess_ms > 0:
             line += f"; its thread waited {self.facts.run_queue_excess_ms:.1f} ms more for a CPU than its group's"
-        if self.facts.gc_excess_ms > 0 or self.facts.gc_step_excess_ms > 0:
+        if self.cause == "gc":  # the pauses of every other finding are in its facts only
             line += (f"; it paused {self.facts.gc_ms:.1f} ms in {self.facts.gc_count:.0f} garbage collections "
                      f"({self.facts.gc_full_count:.0f} full) over its last {self.facts.gc_steps:.0f} steps, "
                      f"{self.facts.gc_excess_ms:.1f} ms a step more than its group's")

@@ -129,7 +129,7 @@ def test_a_rank_whose_pauses_per_step_explain_its_excess_is_gc_with_the_pause_ti
 
 def test_pauses_that_explain_less_than_half_leave_the_cause_as_it_was():
     f = straggler(run(slow_ms=12.0, gc_per_step={1: 4.0})[-1])  # 3.5 ms of ~12
-    assert f.cause == "compute"
+    assert f.cause == "compute" and "garbage" not in f.describe()  # its pauses are in its facts
     assert f.facts.gc_excess_ms == pytest.approx(3.5)
 
 
@@ -166,16 +166,21 @@ def test_a_rank_whose_cache_only_grows_is_confirmed_for_its_gc_pauses_and_its_pe
     torchrun(2, REPO / "tests" / "python" / "workers" / "gc_pauses.py",
              [str(out), str(jsonl), str(steps), str(interval), str(WARMUP), str(GROWING)])
     ranks = json.loads(out.read_text())
-    # The growing rank's full collections (and its peer's wait for them at the all-reduce)
-    # are the workload's own; the warm-up holds the first of them.
-    assert_not_blocked({r: x["step_s"] for r, x in enumerate(ranks)}, warmup=WARMUP, expected_steps=steps)
+    # The growing rank's full collections are the workload's own, and its peer waits for them
+    # at the all-reduce of the same step: each step is judged less the longest pause any rank
+    # took in it (1-2.5 s each on a crowded host, growing with the heap).
+    pause = np.max([x["gc_s"] for x in ranks], axis=0)
+    assert_not_blocked({r: list(np.subtract(x["step_s"], pause)) for r, x in enumerate(ranks)}, warmup=WARMUP,
+                       expected_steps=steps)
     reports = read_jsonl(jsonl)
     findings = [f for r in reports for f in r["verdict"]["findings"] if f["state"] == "straggler"]
-    assert [f for f in findings if f["rank"] != GROWING] == [], findings
-    forward = [f for f in findings if f["stage"] == "forward"]
+    # A rank the crowded host keeps waiting for a CPU is named for host_contention: not what
+    # this run injects (tests/python/test_run_queue.py).
+    assert [f for f in findings if f["rank"] != GROWING and f["cause"] != "host_contention"] == [], findings
+    forward = [f for f in findings if f["rank"] == GROWING and f["stage"] == "forward"]
     assert forward and all(f["cause"] == "gc" for f in forward), findings
     facts = forward[-1]["facts"]
     assert facts["gc_full_count"] >= 1 and facts["gc_ms"] > facts["gc_full_ms"] > 0, facts
     assert facts["gc_excess_ms"] > 0, facts
-    assert reports[-1]["metrics"]["straggler/verdict/rank"] == GROWING
-    assert reports[-1]["metrics"]["straggler/verdict/cause"] == "gc"
+    last = [(f["rank"], f["stage"], f["cause"]) for f in reports[-1]["verdict"]["findings"] if f["state"] == "straggler"]
+    assert (GROWING, "forward", "gc") in last, reports[-1]["verdict"]

@@ -2,11 +2,13 @@
 of 1M small lists and rank GROWING also keeps a cache that grows by 30,000 small lists a
 step inside forward (a cache that only grows): the interpreter's full collections on that
 rank walk the whole heap, 100 ms and more every 10-20 steps. Each rank hands back its step
-times; the metrics rank writes the JSONL reports.
+times and the collections' pause time in each step (its own callback, apart from the
+analyzer's); the metrics rank writes the JSONL reports.
 Usage (under torchrun): gc_pauses.py OUTPUT_JSON JSONL STEPS INTERVAL WARMUP GROWING"""
 
 import gc
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -53,14 +55,26 @@ def main() -> None:
     analyzer = relax_straggler.install(model, opt, config=config)
     gen = torch.Generator().manual_seed(rank)
     clock = StepClock()
+    paused = [0.0]  # this step's collections, s
+    began = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            paused[-1] += time.perf_counter() - began[0]
+
+    gc.callbacks.append(on_gc)
     for _ in range(steps):
+        paused.append(0.0)
         with clock:
             x = torch.randint(0, 32, (16, 32), generator=gen)
             F.cross_entropy(model(x).view(-1, 32), x.view(-1)).backward()
             opt.step()
             opt.zero_grad()
+    gc.callbacks.remove(on_gc)
     analyzer.uninstall()
-    write_every_rank(out, {"step_s": clock.times, "heap": len(heap)})
+    write_every_rank(out, {"step_s": clock.times, "gc_s": paused[1:], "heap": len(heap)})
     gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
     dist.destroy_process_group()
 
