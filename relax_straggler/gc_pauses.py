@@ -30,9 +30,9 @@ class GcPauses:
 
     mark(step) when a sampled step begins and take(step) when it ends return what
     accumulated since the previous take (or install), and within the step, as the row's
-    GC_FIELDS. The callback runs on whichever thread
-    collects; the totals only grow, so a collection that lands inside take() is counted in
-    the next span, never lost or counted twice.
+    GC_FIELDS. The callback runs on whichever thread collects; the totals only grow, so a
+    collection that lands inside take() is counted in the next span, never lost or counted
+    twice.
     """
 
     def __init__(self) -> None:
@@ -70,7 +70,7 @@ class GcPauses:
                 self._ns[g] += perf_counter_ns() - self._began
                 self._count[g] += 1
                 self._began = 0
-        except Exception:  # noqa: BLE001 - the interpreter's collection must never see our error
+        except Exception:  # the interpreter's collection must never see an error of ours
             self._began = 0
 
     def totals(self) -> tuple[int, int, int, int]:

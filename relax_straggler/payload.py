@@ -66,8 +66,8 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
     forward passes so far, NaN when not counted; run_queue_ms: its training thread's wait for
     a CPU during the step, NaN when not measured; gc: its GC_FIELDS (relax_straggler.gc_pauses),
-None = not measured; kernel: (len(STAGES), len(KERNEL_FIELDS))
-    ms from kernel records, None = not measured. Raises ValueError on a wrong kernel or gc shape."""
+    None = not measured; kernel: (len(STAGES), len(KERNEL_FIELDS)) ms from kernel records,
+    None = not measured. Raises ValueError on a wrong kernel or gc shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
     row[0:_GC_AT] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes,
