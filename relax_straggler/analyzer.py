@@ -34,6 +34,7 @@ from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
 from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.control import ControlCommand, ControlFile
+from relax_straggler.gc_pauses import GcPauses
 from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
 from relax_straggler.stages import STAGES, stage_id
 from relax_straggler.hooks import TrainingHooks
@@ -155,6 +156,7 @@ class Analyzer:
         # Per-op records for the live what-if; none (and no per-op row) unless asked for.
         self._ops = OpRecorder(self._timer, self._gather.rank, config.max_ops) if config.max_ops else NULL_OPS
         self._run_queue = RunQueueClock()  # host contention of sampled steps
+        self._gc = GcPauses()  # garbage-collection pauses of every step, taken with each sampled row
         # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
         self._kernels: Optional[KernelSource] = None
         if config.kernel_stats:
@@ -214,6 +216,7 @@ class Analyzer:
         self._hooks = TrainingHooks(self._timer, models, optimizer, self.step, time_grad_sync)
         self._module_hooks = (ModuleStageHooks(self._timer, models, patterns=config.module_patterns())
                               if config.enable_module_stages else None)
+        self._gc.install()  # last: a constructor that failed leaves no callback behind
         self._begin_step(self._step)
 
     # public API ------------------------------------------------------------------------
@@ -343,6 +346,7 @@ class Analyzer:
                 self._module_hooks.remove()
             self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
             self._run_queue.close()
+            self._gc.remove()
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.close())
             # The sinks get the bound less a reserve for the side group and the closables.
@@ -436,6 +440,7 @@ class Analyzer:
     def _begin_step(self, step: int) -> None:
         if self._timer.begin_step(step):
             self._run_queue.start()
+            self._gc.mark(step)
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.begin_step(step))
 
@@ -460,7 +465,8 @@ class Analyzer:
 
     def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
-                              self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms())
+                              self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms(),
+                              self._gc.take(self._step))
         request = None if self._gather.is_metrics_rank else self._gather.failure  # the metrics rank decides itself
         pending = self._gather.gather(row, self._ops.take_row(sample.step), sample.step, request)
         if pending is not None and self._pipeline is not None:
@@ -495,7 +501,8 @@ class Analyzer:
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
         kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
         verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
-                                       groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms)
+                                       groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms,
+                                       gc=report.gc)
         report.metrics.update(verdict.metrics())
         if verdict.window is not None:
             report.metrics.update(verdict.window.metrics())

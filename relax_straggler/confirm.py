@@ -39,8 +39,15 @@ long its training thread waited for a CPU in the step, relax_straggler.run_queue
 ``host_contention`` first when the rank's wait beyond its group's explains at least half of
 the finding's excess (HOST_CONTENTION_SHARE; the median over the reports that agree with the
 finding, so one descheduled step does not decide it): its core was shared, the work did not
-grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Not thread-safe:
-call update from one thread.
+grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Given each rank's
+garbage-collection pauses (``update(..., gc=)``: pause time and collections over every step
+since its previous row, relax_straggler.gc_pauses), the same causes, and ``host_contention``
+where the pauses explain more than the wait, become ``gc`` when the rank's pause time per step
+beyond its group's explains at least half of the finding's excess (GC_SHARE). Pauses are rare
+and long, so they are pooled over the steps of the reports agreeing with the finding (a mean
+per step, not a median of reports, which would miss them); a pause that landed on the sampled
+step itself is taken as it is (its pause beyond its group's, latest report): whichever
+explains more. The pooled pauses go to ``facts.gc_*``. Not thread-safe: call update from one thread.
 """
 
 from __future__ import annotations
@@ -55,19 +62,22 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
-from relax_straggler.payload import KernelMatrix
+from relax_straggler.payload import GC_FIELDS, GcPauseRows, KernelMatrix
 from relax_straggler.stages import WORKLOAD_STAGES
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
-CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention")
+CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention", "gc")
 # The causes run-queue evidence can overturn: what a slow rank's time looked like, not a
 # measurement of its device (kernel records) or a whole group (imbalance).
 _CONTENDABLE = frozenset(("compute", "communication_link", "data", "unknown"))
 # The share of a finding's excess the rank's extra run-queue wait must explain to name host
 # contention: the larger part of the time it lost was spent waiting for a CPU.
 HOST_CONTENTION_SHARE = 0.5
+# The share of a finding's excess the rank's extra garbage-collection pause time per step must
+# explain to name gc: the larger part of the time it lost, the interpreter spent collecting.
+GC_SHARE = 0.5
 
 # The engine's fields, in ConfirmConfig order.
 _ENGINE_FIELDS = ("relative_threshold", "absolute_ms_threshold", "min_impact", "noise_sigmas", "confirm_reports", "recover_reports",
@@ -175,6 +185,19 @@ class Facts:
     # median over the reports agreeing with the finding. NaN = not measured.
     run_queue_ms: float = float("nan")
     run_queue_excess_ms: float = float("nan")
+    # The process's garbage-collection pauses, when given to update(), pooled over every step
+    # of the reports agreeing with the finding (gc_steps of them): pause time and collections,
+    # those of full collections, and the pause time per step beyond its group's median of the
+    # others; the pause time within the latest sampled step and beyond its group's. NaN = not
+    # measured.
+    gc_ms: float = float("nan")
+    gc_count: float = float("nan")
+    gc_full_ms: float = float("nan")
+    gc_full_count: float = float("nan")
+    gc_steps: float = float("nan")
+    gc_excess_ms: float = float("nan")
+    gc_step_ms: float = float("nan")
+    gc_step_excess_ms: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -205,6 +228,12 @@ class Finding:
             line += f"; ranks {', '.join(map(str, self.facts.waiting_ranks))} waited on it"
         if self.facts.run_queue_excess_ms > 0:
             line += f"; its thread waited {self.facts.run_queue_excess_ms:.1f} ms more for a CPU than its group's"
+        if self.cause == "gc":  # the pauses of every other finding are in its facts only
+            line += (f"; it paused {self.facts.gc_ms:.1f} ms in {self.facts.gc_count:.0f} garbage collections "
+                     f"({self.facts.gc_full_count:.0f} full) over its last {self.facts.gc_steps:.0f} steps, "
+                     f"{self.facts.gc_excess_ms:.1f} ms a step more than its group's")
+            if self.facts.gc_step_excess_ms > 0:
+                line += f", {self.facts.gc_step_excess_ms:.1f} ms more in this step"
         return f"{line}; cause: {self.cause}"
 
 
@@ -269,14 +298,19 @@ class ConfirmedVerdict:
                                           rank_to_node=rank_to_node)
         # Each report's run-queue wait beyond the group, per rank, for the reports a finding spans.
         self._run_queue: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
+        # Each report's GC pauses, (ranks, len(GC_FIELDS)), for the reports a finding spans.
+        self._gc: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
                workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None,
-               run_queue_ms: Optional[Sequence[float]] = None) -> VerdictResult:
+               run_queue_ms: Optional[Sequence[float]] = None,
+               gc: Optional[GcPauseRows] = None) -> VerdictResult:
         """Judges one report. kernel: the report's kernel records in the cells of `ms` (ms,
         NaN = not measured; with a workload, per token as ms is) or None. run_queue_ms: (ranks,)
         each rank's training thread's wait for a CPU in the step, ms (NaN = not measured), or
-        None. Raises ValueError naming the malformed input."""
+        None. gc: each rank's garbage-collection pauses over the steps since its previous row
+        (relax_straggler.payload.GcPauseRows, NaN = not measured), or None. Raises ValueError
+        naming the malformed input."""
         ms = np.ascontiguousarray(ms, dtype=np.float64)
         stages = tuple(stages)
         if ms.ndim != 2 or ms.shape[1] != len(stages):
@@ -305,6 +339,8 @@ class ConfirmedVerdict:
         findings = tuple(_finding(f) for f in r.findings)
         if run_queue_ms is not None:
             findings = self._with_run_queue(step, findings, run_queue_ms, group_list, ms.shape[0], r.reset)
+        if gc is not None:
+            findings = self._with_gc(step, findings, gc, group_list, ms.shape[0], r.reset)
         if kernel is not None:  # refines what is still "compute"
             findings = tuple(_with_kernel_cause(f, kernel, stages, group_list) for f in findings)
         return VerdictResult(step=r.step, status=C.state_name(r.status), findings=findings,
@@ -315,6 +351,7 @@ class ConfirmedVerdict:
         """Forgets every report (a new run)."""
         self._tracker.reset()
         self._run_queue.clear()
+        self._gc.clear()
         if self._window is not None:
             self._window = WindowDetector(window=self._window.window, every=self._window.every,
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
@@ -344,6 +381,48 @@ class ConfirmedVerdict:
                          and excess >= HOST_CONTENTION_SHARE * f.facts.excess_ms)
             out.append(dataclasses.replace(f, facts=facts, cause="host_contention" if contended else f.cause))
         return tuple(out)
+
+    def _with_gc(self, step: int, findings: tuple[Finding, ...], gc: GcPauseRows,
+                 groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:
+        """The findings with their GC facts and, where the pauses explain the excess, the
+        cause gc (GC_SHARE, the module's docstring)."""
+        rows = gc.matrix()
+        if rows.shape != (ranks, len(GC_FIELDS)):
+            raise ValueError(f"step {step}: gc has shape {rows.shape}, expected ({ranks}, {len(GC_FIELDS)})")
+        if reset or (self._gc and self._gc[-1].shape != rows.shape):
+            self._gc.clear()
+        self._gc.append(rows)
+        recent = np.array(self._gc)  # (reports, ranks, fields), oldest first
+        beyond: dict[int, np.ndarray] = {}  # per span of reports: pause ms per step beyond the group
+        in_step = rows[:, GC_FIELDS.index("gc_step_ms")]
+        this_step = beyond_group(in_step, groups)
+        out = []
+        for f in findings:
+            if f.rank < 0:
+                out.append(f)
+                continue
+            span = max(1, min(f.facts.reports_agreeing, len(recent)))
+            pooled = recent[-span:].sum(axis=0)  # NaN where a report did not measure the rank
+            if span not in beyond:
+                beyond[span] = beyond_group(gc_per_step(pooled), groups)
+            mine = {name: float(pooled[f.rank, i]) for i, name in enumerate(GC_FIELDS) if name != "gc_step_ms"}
+            facts = dataclasses.replace(f.facts, gc_excess_ms=float(beyond[span][f.rank]),
+                                        gc_step_ms=float(in_step[f.rank]),
+                                        gc_step_excess_ms=float(this_step[f.rank]), **mine)
+            excess = float(np.fmax(facts.gc_excess_ms, facts.gc_step_excess_ms))  # NaN: neither measured
+            over = f.cause in _CONTENDABLE or (f.cause == "host_contention" and excess > f.facts.run_queue_excess_ms)
+            paused = over and excess > 0 and excess >= GC_SHARE * f.facts.excess_ms
+            out.append(dataclasses.replace(f, facts=facts, cause="gc" if paused else f.cause))
+        return tuple(out)
+
+
+def gc_per_step(pooled: np.ndarray) -> np.ndarray:
+    """Each rank's garbage-collection pause time per step, ms: pooled (ranks, len(GC_FIELDS))
+    sums of GC_FIELDS over some reports; NaN where not measured or covering no step."""
+    ms = pooled[:, GC_FIELDS.index("gc_ms")]
+    steps = pooled[:, GC_FIELDS.index("gc_steps")]
+    covered = np.isfinite(ms) & (steps > 0)
+    return np.divide(ms, steps, out=np.full(ms.shape, np.nan), where=covered)
 
 
 def beyond_group(wait_ms: np.ndarray, groups: Optional[Sequence[int]] = None) -> np.ndarray:

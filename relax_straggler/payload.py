@@ -1,17 +1,19 @@
 """The fixed-shape per-rank payload gathered on every sampled step.
 
 One float64 row per rank:
-  [step, tokens, rank, comparable_count, group, forward_passes, run_queue_ms]
+  [step, tokens, rank, comparable_count, group, forward_passes, run_queue_ms,
+   gc_ms, gc_count, gc_full_ms, gc_full_count, gc_steps, gc_step_ms]
   (device_ms, host_ms, waited_ms, calls) for every stage in STAGES order
   comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
   spanning every analyzed rank, in issue order (late-arrival evidence)
   (kernel_ms, idle_ms, nccl_ms) for every stage in STAGES order: what the kernel records of
   the stage's sections say (--straggler-kernel-stats, relax_straggler.kernel_evidence)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
-group given, forward passes not counted, no kernel records, no run-queue account). forward_passes: the
+group given, forward passes not counted, no kernel records, no run-queue account, no GC account). forward_passes: the
 rank's training forward passes so far (a step-drift check: relax_straggler.report.drifted_ranks);
 run_queue_ms: how long the rank's training thread waited for a CPU during the step
-(relax_straggler.run_queue, host contention). Fixed size
+(relax_straggler.run_queue, host contention); gc_*: the process's garbage-collection pauses
+over every step since the rank's previous row (GC_FIELDS, relax_straggler.gc_pauses). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
 
 The per-op row of the live what-if replay (below, `pack_ops`) travels appended to it in
@@ -27,13 +29,18 @@ import numpy as np
 
 from relax_straggler.stages import STAGES
 
-HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes", "run_queue_ms")
+# Garbage-collection pauses over every step since the previous row: pause time (ms) and
+# collections, those of full (generation 2) collections, the steps the span covers; and the
+# pause time within the sampled step itself (ms).
+GC_FIELDS = ("gc_ms", "gc_count", "gc_full_ms", "gc_full_count", "gc_steps", "gc_step_ms")
+HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes", "run_queue_ms") + GC_FIELDS
 FIELDS = ("device_ms", "host_ms", "waited_ms", "calls")
 MAX_COMPARABLE = 32  # relax_straggler._C.MAX_COMPARABLE_COLLECTIVES
 # Per stage, from kernel records: compute (non-NCCL) kernels running, nothing running on the
 # section's stream, NCCL kernels running; ms (csrc/cupti/kernel_stats.h).
 KERNEL_FIELDS = ("kernel_ms", "idle_ms", "nccl_ms")
 _H = len(HEADER)
+_GC_AT = HEADER.index(GC_FIELDS[0])
 _BODY = len(FIELDS) * len(STAGES)
 _KERNEL_AT = _H + _BODY + MAX_COMPARABLE
 ROW_LEN = _KERNEL_AT + len(KERNEL_FIELDS) * len(STAGES)
@@ -53,16 +60,23 @@ class PendingRows(Protocol):
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
          waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
          group: Optional[int] = None, forward_passes: float = np.nan,
-         kernel: Optional[np.ndarray] = None, run_queue_ms: float = np.nan) -> np.ndarray:
+         kernel: Optional[np.ndarray] = None, run_queue_ms: float = np.nan,
+         gc: Optional[Sequence[float]] = None) -> np.ndarray:
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
     forward passes so far, NaN when not counted; run_queue_ms: its training thread's wait for
-    a CPU during the step, NaN when not measured; kernel: (len(STAGES), len(KERNEL_FIELDS))
-    ms from kernel records, None = not measured. Raises ValueError on a wrong kernel shape."""
+    a CPU during the step, NaN when not measured; gc: its GC_FIELDS (relax_straggler.gc_pauses),
+    None = not measured; kernel: (len(STAGES), len(KERNEL_FIELDS)) ms from kernel records,
+    None = not measured. Raises ValueError on a wrong kernel or gc shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
-    row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes,
-                 run_queue_ms)
+    row[0:_GC_AT] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes,
+                     run_queue_ms)
+    if gc is not None:
+        gc = np.asarray(gc, dtype=np.float64)
+        if gc.shape != (len(GC_FIELDS),):
+            raise ValueError(f"pack: gc must have shape ({len(GC_FIELDS)},), got {gc.shape}")
+        row[_GC_AT:_H] = gc
     body = row[_H:_H + _BODY].reshape(len(STAGES), len(FIELDS))
     body[:, 0] = device_ms
     body[:, 1] = host_ms
@@ -101,12 +115,33 @@ class KernelMatrix:
 
 
 @dataclass(frozen=True)
+class GcPauseRows:
+    """Each rank's garbage-collection pauses over the steps since its previous row, (ranks,)
+    float64 per field of GC_FIELDS (ms, counts, steps); NaN where not measured."""
+
+    gc_ms: np.ndarray
+    gc_count: np.ndarray
+    gc_full_ms: np.ndarray
+    gc_full_count: np.ndarray
+    gc_steps: np.ndarray
+    gc_step_ms: np.ndarray
+
+    def matrix(self) -> np.ndarray:
+        """(ranks, len(GC_FIELDS)) float64, columns in GC_FIELDS order."""
+        return np.column_stack([getattr(self, name) for name in GC_FIELDS])
+
+    def masked(self, ranks: np.ndarray) -> "GcPauseRows":
+        """A copy with NaN in the rows where `ranks` (bool, (ranks,)) is True."""
+        return GcPauseRows(*(np.where(ranks, np.nan, getattr(self, name)) for name in GC_FIELDS))
+
+
+@dataclass(frozen=True)
 class Gathered:
     """All ranks' rows of one sampled step, unpacked: (ranks,) or (ranks, stages) arrays,
     comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank,
     groups (ranks,) int64 comparison group ids, -1 where a rank gave none, forward_passes
     (ranks,) float64, NaN where not counted, run_queue_ms (ranks,) float64, NaN where not
-    measured."""
+    measured, gc the garbage-collection pauses (None only where built without rows)."""
 
     steps: np.ndarray
     tokens: np.ndarray
@@ -120,6 +155,7 @@ class Gathered:
     forward_passes: np.ndarray
     run_queue_ms: np.ndarray
     kernel: Optional[KernelMatrix] = None
+    gc: Optional[GcPauseRows] = None
 
     @property
     def num_ranks(self) -> int:
@@ -146,13 +182,14 @@ def unpack(rows: np.ndarray) -> Gathered:
         forward_passes=rows[:, HEADER.index("forward_passes")].copy(),
         run_queue_ms=rows[:, HEADER.index("run_queue_ms")].copy(),
         kernel=KernelMatrix(kernel[:, :, 0].copy(), kernel[:, :, 1].copy(), kernel[:, :, 2].copy()),
+        gc=GcPauseRows(*(rows[:, HEADER.index(name)].copy() for name in GC_FIELDS)),
     )
 
 
 def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
                     forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None,
-                    run_queue_ms: float = np.nan) -> np.ndarray:
-    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms: as in pack). When the collective layer timed collectives, the
+                    run_queue_ms: float = np.nan, gc: Optional[Sequence[float]] = None) -> np.ndarray:
+    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms, gc: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
     collective in flight and `communication/<op>` the summed durations per op."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
@@ -172,7 +209,7 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             waited[sid] = 0.0
             calls[sid] = n
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,
-                kernel, run_queue_ms)
+                kernel, run_queue_ms, gc)
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on

@@ -44,7 +44,7 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
-from relax_straggler.payload import Gathered, KernelMatrix
+from relax_straggler.payload import Gathered, GcPauseRows, KernelMatrix
 from relax_straggler.stages import STAGES, is_communication
 from relax_straggler.workload import normalize_workload
 
@@ -73,6 +73,7 @@ class Report:
     verdict: Optional["VerdictResult"] = None  # the confirmed verdict after this report (live analyzer)
     kernel: Optional[KernelMatrix] = None  # (ranks, len(stages)) with --straggler-kernel-stats, judged like device_ms
     run_queue_ms: Optional[np.ndarray] = None  # (ranks,) training thread's wait for a CPU in the step, NaN = not measured
+    gc: Optional[GcPauseRows] = None  # (ranks,) per field: GC pauses over the steps since each rank's previous row
 
     @property
     def num_ranks(self) -> int:
@@ -282,4 +283,5 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         groups=groups,
         kernel=kernel,
         run_queue_ms=np.where(mismatched | drifted, np.nan, gathered.run_queue_ms),
+        gc=None if gathered.gc is None else gathered.gc.masked(mismatched | drifted),
     )
