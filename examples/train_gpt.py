@@ -157,7 +157,7 @@ def write_summary(args: argparse.Namespace, analyzer, losses: list[float], step_
         summary["reports"] = run_summary.reports
         summary["verdict"] = {"headline": run_summary.headline(), "statuses": dict(run_summary.statuses),
                               "confirmed": [c.__dict__ for c in confirmed]}
-        summary["findings"] = [f.__dict__ for f in run_summary.findings()]  # the per-step RFC flags
+        summary["flags"] = [f.__dict__ for f in run_summary.flags()]  # the per-step RFC flags, not findings
         summary["bottlenecks"] = run_summary.bottlenecks()
         log.info("summary: %s", run_summary.headline())
         for c in confirmed[1:4]:

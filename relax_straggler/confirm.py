@@ -172,7 +172,7 @@ class Facts:
     rank_ms: float  # the rank's time in the stage, latest report
     ref_ms: float  # its group's reference (median of the other ranks)
     excess_ms: float  # distance from the reference on the slow side
-    median_ratio: float  # median ratio over the recent reports the finding was tracked in (at most 8)
+    median_ratio: float  # median rank / reference over every recent tracked report (at most 8), agreeing or not
     noise: float  # learned relative noise sigma of the (group, stage)
     wait_caused_ms: float  # peers' wait at collectives traced to this finding, latest report
     waiting_ranks: tuple[int, ...]  # ranks whose wait (late arrival, p2p) traces back here
@@ -210,7 +210,9 @@ class Finding:
     state: str  # one of STATES
     since_step: int
     confidence: float  # 0..1, share of recent reports whose evidence agrees with the state
-    ratio: float  # rank / reference (late arrival: reference / rank; imbalance: slowest / fastest group)
+    # Median over its agreeing recent reports of rank / reference (late arrival: reference / rank;
+    # imbalance: slowest / fastest group): the one ratio of a finding (docs/METRICS.md).
+    ratio: float
     persistent: bool  # confirmed by consecutive reports
     by_window: bool  # confirmed by the window ensemble
     facts: Facts

@@ -19,25 +19,41 @@ from relax_straggler.stages import STAGES
 @dataclass(frozen=True)
 class ConfirmedStraggler:
     """A (rank, stage) the verdict confirmed: since_step: its first confirmation; steps: steps
-    that named it; median_ratio: its time over its group's reference, median over those steps;
-    cause: the inferred cause most often given."""
+    that named it; ratio: the finding's ratio (relax_straggler.confirm.Finding.ratio, one
+    definition in docs/METRICS.md) in the last step that named it; cause: the inferred cause
+    most often given."""
 
     rank: int
     stage: str
     since_step: int
     steps: int
-    median_ratio: float
+    ratio: float
     cause: str
+
+
+@dataclass(frozen=True)
+class ConfirmedImbalance:
+    """A compute stage the verdict found imbalanced (a whole pipeline stage slower): group:
+    the slowest comparison group (pipeline stage) in the last step that named it; since_step:
+    when the imbalance was first confirmed; steps: steps that named it; ratio: the finding's
+    ratio (slowest group's reference over the fastest's) in the last step that named it."""
+
+    group: int
+    stage: str
+    since_step: int
+    steps: int
+    ratio: float
 
 
 @dataclass(frozen=True)
 class ConfirmedSummary:
     """statuses: steps per state; final_status: the state after the last step;
-    stragglers: most steps first."""
+    stragglers, imbalance: most steps first."""
 
     statuses: dict[str, int]
     final_status: Optional[str]
     stragglers: tuple[ConfirmedStraggler, ...]
+    imbalance: tuple[ConfirmedImbalance, ...] = ()
 
 
 class ConfirmedTally:
@@ -50,21 +66,28 @@ class ConfirmedTally:
         self._statuses: collections.Counter[str] = collections.Counter()
         self._final: Optional[str] = None
         self._found: dict[tuple[int, str], dict] = {}
+        self._imbalance: dict[str, dict] = {}  # stage -> group, since, steps, ratio
 
     def add(self, step: int, ranks: np.ndarray, ms: np.ndarray, groups: np.ndarray) -> None:
         result = self._verdict.update(step, ms, STAGES, groups=groups.tolist())
         self._statuses[result.status] += 1
         self._final = result.status
         for f in result.findings:
+            if f.state == "imbalance":
+                entry = self._imbalance.setdefault(f.stage, {"since": f.since_step, "steps": 0})
+                entry.update(group=f.group, ratio=f.ratio, steps=entry["steps"] + 1)
+                continue
             if f.state != "straggler" or f.rank < 0:
                 continue
             entry = self._found.setdefault((int(ranks[f.rank]), f.stage), {
-                "since": f.since_step, "ratios": collections.deque(maxlen=256), "causes": collections.Counter()})
-            entry["ratios"].append(f.ratio)
+                "since": f.since_step, "ratio": f.ratio, "causes": collections.Counter()})
+            entry["ratio"] = f.ratio
             entry["causes"][f.cause] += 1
 
     def summary(self) -> ConfirmedSummary:
-        found = [ConfirmedStraggler(rank, stage, e["since"], sum(e["causes"].values()), float(np.median(e["ratios"])),
+        found = [ConfirmedStraggler(rank, stage, e["since"], sum(e["causes"].values()), float(e["ratio"]),
                                     e["causes"].most_common(1)[0][0]) for (rank, stage), e in self._found.items()]
         found.sort(key=lambda c: (-c.steps, c.since_step, c.rank))
-        return ConfirmedSummary(dict(self._statuses), self._final, tuple(found))
+        imbalance = sorted((ConfirmedImbalance(e["group"], stage, e["since"], e["steps"], float(e["ratio"]))
+                            for stage, e in self._imbalance.items()), key=lambda i: (-i.steps, i.since_step, i.stage))
+        return ConfirmedSummary(dict(self._statuses), self._final, tuple(found), tuple(imbalance))

@@ -94,7 +94,7 @@ def _group(findings: list, workers: _Workers, result: RunResult) -> list[Anomaly
             ranks=tuple(ranks), recorded_ranks=tuple(recorded), nodes=tuple(workers.nodes(ranks)),
             stages=tuple(d.stage for d in details),
             steps_flagged=max(d.steps_flagged for d in details), steps_total=steps,
-            ratio=max(d.mean_ratio for d in details), excess_ms=max(d.mean_excess_ms for d in details),
+            mean_ratio=max(d.mean_ratio for d in details), excess_ms=max(d.mean_excess_ms for d in details),
             details=details, evidence=tuple(evidence),
         ))
     out.sort(key=lambda a: (-a.steps_flagged, -a.excess_ms))
@@ -201,9 +201,9 @@ def _verdict(anomalies: list[Anomaly], result: RunResult) -> Verdict:
         where = f"dp {a.dp_rank} / pp {a.pp_rank}" if a.pp_rank is not None else f"dp {a.dp_rank}"
         what = "individual straggler" if a.kind == "individual" else a.kind.replace("_", " ")
         parts.append(f"{what} {where} (ranks {format_ranks(list(a.ranks))}) in {', '.join(a.stages)}, "
-                     f"{a.ratio:.2f}x")
+                     f"mean {a.mean_ratio:.2f}x")
     for a in structural:
-        parts.append(f"pipeline stage {a.pp_rank} structurally slow in {', '.join(a.stages)}, {a.ratio:.2f}x")
+        parts.append(f"pipeline stage {a.pp_rank} structurally slow in {', '.join(a.stages)}, mean {a.mean_ratio:.2f}x")
     if individual:
         status = "stragglers"
     elif structural:

@@ -69,8 +69,10 @@ class StageDetail:
 class Anomaly:
     """One finding per worker (dp_rank, pp_rank), pipeline stage (structural: dp_rank None) or
     link (pp_rank None). ranks: every rank of it by the topology; recorded_ranks: those in
-    the input; stages: compute stages or p2p ops; ratio / excess_ms: the largest mean over its
-    stages; cause: the kind's explanation (inferred); evidence: readable lines."""
+    the input; stages: compute stages or p2p ops; mean_ratio / excess_ms: the largest, over
+    its stages, of the mean over the flagged steps of its time over the reference / of its
+    excess (not a confirmed finding's ratio: docs/METRICS.md, "Ratios and excesses"); cause:
+    the kind's explanation (inferred); evidence: readable lines."""
 
     kind: str
     cause: str
@@ -82,7 +84,7 @@ class Anomaly:
     stages: tuple[str, ...]
     steps_flagged: int
     steps_total: int
-    ratio: float
+    mean_ratio: float
     excess_ms: float
     details: tuple[StageDetail, ...]
     evidence: tuple[str, ...]

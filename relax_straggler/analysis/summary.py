@@ -2,7 +2,9 @@
 output and the input of the terminal report.
 
     {"input":       path, format, records, steps, ranks, topology, problems, op names excluded/unknown,
-     "verdict":     {"status": stragglers | imbalance | clean | inconclusive, "summary": str},
+     "verdict":     {"status": stragglers | imbalance | clean | inconclusive, "summary": str}:
+                    derived from the anomalies, the confirmed verdict and the what-if figures
+                    below (analysis/headline.py), never against them,
      "anomalies":   persistent findings, one per worker / pipeline stage / link,
      "transient":   findings that held in fewer than persistence x steps,
      "pipeline":    jumps, baseline outliers, slow steps of the PP = 2 fallback,
@@ -13,7 +15,8 @@ output and the input of the terminal report.
      "ensemble":    the six-clusterer window detector's votes (--ensemble-steps), or null,
      "confirmed":   the live analyzer's confirmed verdict over the steps: statuses (steps per
                     state), final_status, stragglers [{rank, stage, since_step, steps,
-                    median_ratio, cause}], or null,
+                    ratio (the finding's, docs/METRICS.md), cause}], imbalance [{group,
+                    stage, since_step, steps, ratio}], or null,
      "min_max":     stage spreads of min/max-only logs, or null,
      "limitations": what this input cannot conclude,
      "whatif":      (inputs with per-op records, added by analysis/whatif.py) the what-if replay's
@@ -22,7 +25,7 @@ output and the input of the terminal report.
 
 Times are ms per step. Each anomaly: kind, cause, dp_rank, pp_rank, ranks (every rank of the
 worker by the topology, with its tensor-parallel ranks), recorded_ranks (those in the
-input), nodes, stages (compute stages or p2p ops), steps_flagged, steps_total, ratio
+input), nodes, stages (compute stages or p2p ops), steps_flagged, steps_total, mean_ratio
 (largest mean ratio over its stages), excess_ms (largest mean excess), details per stage,
 evidence (readable lines).
 """
@@ -37,7 +40,9 @@ from typing import Any, Iterator, Optional, TextIO
 import numpy as np
 import orjson
 
+from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.analysis.engine import RunResult
+from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.findings import build_analysis
 from relax_straggler.analysis.result import Analysis, RankScores, Verdict
 from relax_straggler.serialization import json_safe
@@ -45,14 +50,17 @@ from relax_straggler.serialization import json_safe
 
 def build_summary(result: RunResult) -> dict:
     """The JSON-ready summary of a run (NaN and inf become null)."""
-    return summary_dict(build_analysis(result))
+    return summary_dict(build_analysis(result), min_impact=result.config.min_impact)
 
 
-def summary_dict(analysis: Analysis, slowest: Optional[int] = None) -> dict:
+def summary_dict(analysis: Analysis, slowest: Optional[int] = None, whatif: Optional[dict] = None,
+                 min_impact: float = AnalyzeConfig.min_impact) -> dict:
     """The JSON-ready form of `analysis` (NaN and inf become null; tuples become lists).
     per_rank: every recorded rank's entry, or with `slowest` only that many of the lowest
     scores (what the terminal report shows; the command line writes every entry straight
-    from analysis.per_rank, write_summary, never holding a dict per rank)."""
+    from analysis.per_rank, write_summary, never holding a dict per rank). whatif: the
+    what-if figures (analysis/whatif.py) to add as "whatif", or None. The verdict is derived
+    from everything listed (analysis/headline.py); min_impact: AnalyzeConfig.min_impact."""
     summary = json_safe({
         "input": _fields(analysis.input),
         "verdict": verdict_dict(analysis.verdict),
@@ -66,6 +74,9 @@ def summary_dict(analysis: Analysis, slowest: Optional[int] = None) -> dict:
         "min_max": analysis.min_max,
         "limitations": list(analysis.limitations),
     })
+    if whatif is not None:
+        summary["whatif"] = json_safe(whatif)
+    summary["verdict"] = headline(summary["verdict"], summary["confirmed"], summary.get("whatif"), min_impact)
     scores = analysis.per_rank if slowest is None else analysis.per_rank.slowest(slowest)
     summary["per_rank"] = list(per_rank_entries(scores))  # finite by construction: no json_safe pass
     return summary

@@ -19,12 +19,12 @@ def _ms(x) -> str:
 
 def _anomaly_table(title: str, anomalies: list[dict]) -> Table:
     table = Table(title=title, title_justify="left", expand=True)
-    for col in ("kind", "where", "ranks", "nodes", "stages", "steps", "ratio", "excess ms"):
-        table.add_column(col, justify="right" if col in ("steps", "ratio", "excess ms") else "left")
+    for col in ("kind", "where", "ranks", "nodes", "stages", "steps", "mean ratio", "excess ms"):
+        table.add_column(col, justify="right" if col in ("steps", "mean ratio", "excess ms") else "left")
     for a in anomalies:
         where = " / ".join(f"{k} {a[v]}" for k, v in (("dp", "dp_rank"), ("pp", "pp_rank")) if a[v] is not None)
         table.add_row(a["kind"], where, format_ranks(a["ranks"]), format_ranks(a["nodes"]) or "-",
-                      ", ".join(a["stages"]), f"{a['steps_flagged']}/{a['steps_total']}", f"{a['ratio']:.2f}x",
+                      ", ".join(a["stages"]), f"{a['steps_flagged']}/{a['steps_total']}", f"{a['mean_ratio']:.2f}x",
                       _ms(a["excess_ms"]))
     return table
 
@@ -76,8 +76,9 @@ def render(summary: dict, console: Console) -> None:
     ranked = sorted(summary["per_rank"], key=lambda r: r["score"])[:TOP_RANKS]
     if ranked:
         table = Table(title=f"Slowest ranks (of {inp['ranks']})", title_justify="left")
-        for col in ("rank", "dp", "pp", "tp", "node", "score", "compute", "worst stage"):
-            table.add_column(col, justify="left" if col == "worst stage" else "right")
+        # Means over every step, healthy ones included: not a finding's ratio (docs/METRICS.md).
+        for col in ("rank", "dp", "pp", "tp", "node", "score", "mean compute", "worst stage (mean)"):
+            table.add_column(col, justify="left" if col.startswith("worst stage") else "right")
         for r in ranked:
             worst = max(r["slowdown"].items(), key=lambda kv: kv[1], default=None)
             table.add_row(str(r["rank"]), str(r["dp_rank"]), str(r["pp_rank"]), str(r["tp_rank"]),
@@ -104,8 +105,11 @@ def render(summary: dict, console: Console) -> None:
 def _confirmed_line(confirmed: dict, steps: int) -> str:
     found = confirmed["stragglers"]
     if not found:
-        return f"no straggler confirmed in {steps} steps (final state: {confirmed['final_status']})"
+        imbalance = "".join(f"; imbalance in {i['stage']}: pipeline stage {i['group']} {i['ratio']:.2f}x the fastest "
+                            f"from step {i['since_step']} (named in {i['steps']} steps)"
+                            for i in confirmed.get("imbalance", [])[:1])
+        return f"no straggler confirmed in {steps} steps (final state: {confirmed['final_status']}){imbalance}"
     top = found[0]
     more = f"; {len(found) - 1} more (rank, stage) pairs in the JSON" if len(found) > 1 else ""
     return (f"straggler rank {top['rank']} in {top['stage']} from step {top['since_step']} (named in {top['steps']} "
-            f"steps, {top['median_ratio']:.2f}x its group; cause: {top['cause']}){more}")
+            f"steps, {top['ratio']:.2f}x its group; cause: {top['cause']}){more}")

@@ -14,7 +14,6 @@ from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.cli.inputs import (FLIGHT_RECORDER, FORMATS, add_input_arguments, read_reporting_errors,
                                        topology_from_args)
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args
-from relax_straggler.serialization import json_safe
 
 __all__ = ["FORMATS", "register", "run"]
 
@@ -73,11 +72,9 @@ def run(args: argparse.Namespace) -> int:
                              progress=lambda done, total: bar.update(task, completed=done),
                              timeline=args.heatmap is not None)
         analysis = build_analysis(result)
-        # The slowest ranks only: every rank's entry is written from the columns (a million ranks are common).
-        summary = summary_dict(analysis, slowest=TOP_RANKS)
         whatif = None if args.no_whatif else whatif_summary(source)
-        if whatif is not None:
-            summary["whatif"] = json_safe(whatif)
+        # The slowest ranks only: every rank's entry is written from the columns (a million ranks are common).
+        summary = summary_dict(analysis, slowest=TOP_RANKS, whatif=whatif, min_impact=config.min_impact)
         return summary, analysis.per_rank, result.timeline
 
     code, done = read_reporting_errors(err, args.path, read)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from relax_straggler.analysis import Analysis, AnalyzeConfig, analyze, build_analysis
 from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.result import Anomaly
+from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.summary import verdict_dict
 from relax_straggler.detect import WindowConfig
 from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC
@@ -95,7 +96,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
                   config: AnalyzeConfig = AnalyzeConfig()) -> dict:
     """The result of analysing iterations [window.first_iteration, window.last_iteration]
     of `job` with rows not older than `since` (s). Keys: window, verdict, straggler_rank,
-    straggler_node, stage, stages, kind, cause, ratio, excess_ms, votes, algorithms,
+    straggler_node, stage, stages, kind, cause, mean_ratio, excess_ms, votes, algorithms,
     ensemble, confirmed (the live analyzer's confirmed verdict replayed over the range's
     iterations), live_verdict (the job's own, relax_straggler.stores.verdict_rows.latest_verdict,
     or None), evidence, problems, rows, analysis_s, finished_at.
@@ -112,25 +113,26 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
     rank, anomaly = _straggler(analysis, ensemble)
     voted = ensemble is not None and ensemble.error is None
     votes = ensemble.votes.get(rank, 0) if voted and rank is not None else 0
+    confirmed = asdict(analysis.confirmed) if analysis.confirmed is not None else None
     evidence = list(anomaly.evidence) if anomaly else []
     if rank is not None and voted:
         evidence.append(f"window detector: rank {rank} voted slow by {votes} of {ensemble.algorithms} clusterers")
     return {
         "window": {"first_iteration": window.first_iteration, "last_iteration": window.last_iteration,
                    "since": since},
-        "verdict": verdict_dict(analysis.verdict),
+        "verdict": headline(verdict_dict(analysis.verdict), confirmed, None, config.min_impact),
         "straggler_rank": rank,
         "straggler_node": source.nodes.get(rank) if rank is not None else None,
         "kind": anomaly.kind if anomaly else ("individual" if rank is not None else None),
         "cause": anomaly.cause if anomaly else None,
         "stage": anomaly.stages[0] if anomaly and anomaly.stages else _ensemble_stage(ensemble, rank),
         "stages": list(anomaly.stages) if anomaly else [],
-        "ratio": anomaly.ratio if anomaly else None,
+        "mean_ratio": anomaly.mean_ratio if anomaly else None,
         "excess_ms": anomaly.excess_ms if anomaly else None,
         "votes": votes,
         "algorithms": ensemble.algorithms if voted else None,
         "ensemble": ensemble.to_dict() if ensemble is not None else {},
-        "confirmed": asdict(analysis.confirmed) if analysis.confirmed is not None else None,
+        "confirmed": confirmed,
         "live_verdict": _live_verdict(tap.rows),
         "evidence": evidence[:MAX_EVIDENCE],
         "problems": analysis.input.problems,

@@ -477,7 +477,7 @@ class Monitor:
                 "last_iteration": det.last_iteration,
                 # .get: results kept in a state file from before a key existed read as null.
                 "evidence": None if last is None else {k: last.get(k) for k in (
-                    "window", "verdict", "stage", "stages", "kind", "cause", "votes", "algorithms", "ratio",
+                    "window", "verdict", "stage", "stages", "kind", "cause", "votes", "algorithms", "mean_ratio",
                     "excess_ms", "confirmed", "live_verdict", "evidence", "analysis_s", "finished_at")},
                 "analyses": len(record.results),
                 "analysing": None if record.pending is None else [record.pending.first_iteration,

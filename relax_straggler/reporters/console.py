@@ -60,7 +60,7 @@ class ConsoleSink:
     def _table(report: Report) -> list[str]:
         m = report.metrics
         lines = [f"[straggler] step {report.step}: {report.hints}",
-                 f"  {'stage':<26}{'mean ms':>10}{'max ms':>10}{'slowdown':>10}{'top rank':>10}  stragglers"]
+                 f"  {'stage':<26}{'mean ms':>10}{'max ms':>10}{'max/ref':>10}{'top rank':>10}  stragglers"]
         for stage in report.stages:
             p = f"straggler/{stage}/"
             flagged = ",".join(str(r) for r in report.stragglers.get(stage, ())) or "-"

@@ -1,6 +1,7 @@
 """Tallies reports into a run summary: the confirmed verdict (which rank was confirmed a
-straggler in which stage, from when, in how many reports) and the per-step RFC flags (which
-rank was flagged in which stage, how often)."""
+straggler in which stage, from when, in how many reports, with the finding's ratio) and the
+per-step RFC flags (which rank was flagged in which stage, how often). Each quantity is
+defined once in docs/METRICS.md, "Ratios and excesses"."""
 
 from __future__ import annotations
 
@@ -12,41 +13,50 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.report import Report
+from relax_straggler.stages import is_communication
 
 
 @dataclass(frozen=True)
-class Finding:
+class Flag:
+    """A (rank, stage) the per-step RFC rule flagged: flagged: reports in which it was;
+    reports: reports in which the stage was measured; median_flag_ratio: median, over the
+    flagged reports, of its time over the stage's reference (ref_ms) in the rule's
+    direction: t / ref for compute stages, ref / t for communication stages, where the rank
+    that arrives last has the shortest time. A flag is >= 1 by the rule."""
+
     rank: int
     stage: str
-    flagged: int  # reports in which this rank was a straggler in this stage
-    reports: int  # reports in which the stage was measured
-    median_slowdown: float  # median of (rank's time / reference) over the flagged reports
+    flagged: int
+    reports: int
+    median_flag_ratio: float
 
     def __str__(self) -> str:
+        how = "arrived last, reference" if is_communication(self.stage) else "its time"
         return (f"rank {self.rank} in {self.stage}: flagged in {self.flagged}/{self.reports} reports, "
-                f"median {self.median_slowdown:.2f}x the reference")
+                f"median {self.median_flag_ratio:.2f}x ({how} over the reference)")
 
 
 @dataclass(frozen=True)
 class Confirmed:
     """A (rank, stage) the confirmed verdict named a straggler: first_step: the since_step of
     its first confirmation; reports: reports that named it; reports_after: reports from its
-    first confirmation on; median_ratio / median_excess_ms: median of its ratio to its group
-    and of its excess over the group's reference (ms) over those reports; cause: the inferred
-    cause most often given."""
+    first confirmation on; ratio: the finding's ratio (relax_straggler.confirm.Finding.ratio)
+    in the last report that named it; median_excess_ms: median of its excess over the group's
+    reference (ms) over the reports that named it; cause: the inferred cause most often
+    given."""
 
     rank: int
     stage: str
     first_step: int
     reports: int
     reports_after: int
-    median_ratio: float
+    ratio: float
     median_excess_ms: float
     cause: str
 
     def __str__(self) -> str:
         return (f"straggler rank {self.rank} confirmed in {self.stage} from step {self.first_step} (named in "
-                f"{self.reports} of {self.reports_after} reports since, median {self.median_ratio:.2f}x its group; "
+                f"{self.reports} of {self.reports_after} reports since, {self.ratio:.2f}x its group; "
                 f"cause: {self.cause})")
 
 
@@ -58,11 +68,11 @@ class RunSummary:
         self.reports = 0
         self._stage_reports: collections.Counter[str] = collections.Counter()
         self._flags: collections.Counter[tuple[int, str]] = collections.Counter()
-        self._ratios: dict[tuple[int, str], collections.deque] = collections.defaultdict(
+        self._flag_ratios: dict[tuple[int, str], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=256))
         self._bottlenecks: collections.Counter[str] = collections.Counter()
         self.statuses: collections.Counter[str] = collections.Counter()  # confirmed-verdict status per report
-        self._confirmed: dict[tuple[int, str], dict] = {}  # (rank, stage) -> first step, report index, ratios, causes
+        self._confirmed: dict[tuple[int, str], dict] = {}  # (rank, stage) -> first step, report index, ratio, causes
 
     def __call__(self, report: Report) -> None:
         ref = {s: report.metrics[f"straggler/{s}/ref_ms"] for s in report.stages}
@@ -76,8 +86,10 @@ class RunSummary:
                 self._stage_reports[stage] += 1
                 for rank in report.stragglers.get(stage, ()):
                     self._flags[(rank, stage)] += 1
-                    if ref[stage] > 0:
-                        self._ratios[(rank, stage)].append(report.judged_ms[rank, j] / ref[stage])
+                    t = report.judged_ms[rank, j]
+                    if ref[stage] > 0 and t > 0:
+                        late = is_communication(stage)  # the rule's direction (docs/METRICS.md)
+                        self._flag_ratios[(rank, stage)].append(ref[stage] / t if late else t / ref[stage])
 
     def _fold_verdict(self, report: Report) -> None:
         self.statuses[report.verdict.status] += 1
@@ -86,10 +98,9 @@ class RunSummary:
                 continue
             entry = self._confirmed.setdefault((f.rank, f.stage), {
                 "first_step": f.since_step, "first_report": self.reports, "reports": 0,
-                "ratios": collections.deque(maxlen=256), "excess": collections.deque(maxlen=256),
-                "causes": collections.Counter()})
+                "ratio": f.ratio, "excess": collections.deque(maxlen=256), "causes": collections.Counter()})
             entry["reports"] += 1
-            entry["ratios"].append(f.ratio)
+            entry["ratio"] = f.ratio
             entry["excess"].append(f.facts.excess_ms)
             entry["causes"][f.cause] += 1
 
@@ -98,7 +109,7 @@ class RunSummary:
         the largest excess (what costs the job most)."""
         with self._lock:
             out = [Confirmed(rank, stage, e["first_step"], e["reports"], self.reports - e["first_report"] + 1,
-                             float(np.median(e["ratios"])), float(np.median(e["excess"])),
+                             float(e["ratio"]), float(np.median(e["excess"])),
                              e["causes"].most_common(1)[0][0])
                    for (rank, stage), e in self._confirmed.items()]
         return sorted(out, key=lambda c: (-c.reports, -c.median_excess_ms, c.first_step))
@@ -117,18 +128,19 @@ class RunSummary:
         others = [c.stage for c in mine if c is not worst]
         also = f"; also in {', '.join(others)}" if others else ""
         return (f"straggler rank {rank} confirmed from step {first.first_step} (named in {named} of "
-                f"{first.reports_after} reports since), costing most in {worst.stage}: {worst.median_ratio:.2f}x its "
+                f"{first.reports_after} reports since), costing most in {worst.stage}: {worst.ratio:.2f}x its "
                 f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}")
 
-    def findings(self) -> list[Finding]:
+    def flags(self) -> list[Flag]:
         """(rank, stage) pairs ever flagged by the per-step RFC rule, most often flagged first."""
         with self._lock:
-            return [Finding(rank, stage, n, self._stage_reports[stage],
-                            float(np.median(self._ratios[(rank, stage)])) if self._ratios[(rank, stage)] else float("nan"))
+            return [Flag(rank, stage, n, self._stage_reports[stage],
+                         float(np.median(self._flag_ratios[(rank, stage)])) if self._flag_ratios[(rank, stage)]
+                         else float("nan"))
                     for (rank, stage), n in self._flags.most_common()]
 
-    def top(self) -> Optional[Finding]:
-        found = self.findings()
+    def top(self) -> Optional[Flag]:
+        found = self.flags()
         return found[0] if found else None
 
     def bottlenecks(self) -> dict[str, int]:

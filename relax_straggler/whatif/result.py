@@ -98,16 +98,28 @@ class WhatIfReport:
         }
 
     def summary_line(self) -> str:
-        """One sentence: S, the top worker's S_w and what fixing the M_W set gives back."""
+        """The lead line (docs/WHATIF.md, "The lead line"): S, then the fix that gives back
+        more of the lost time, the top workers' (the M_W set) or the last pipeline stage's
+        (M_S), as the slowdown the job would keep with that fix, t_rem / t_ideal, and the
+        share of the lost time it gives back. A fix that would not shorten the job (t_rem >=
+        t_ori) is said so, without a number: no number on the line exceeds S."""
         line = f"the job runs {self.slowdown:.2f}x slower than without stragglers"
+        fixes = []
         if self.top_workers:
             d, s = self.top_workers[0]
-            alone = self.by_worker.get((d, s), self.worker_score(d, s))
-            who = "worker" if len(self.top_workers) == 1 else f"the top {len(self.top_workers)} workers, first"
-            line += f"; {who} dp {d} / pp {s} alone accounts for {alone:.2f}x"
-            if not math.isnan(self.m_w.rem):
-                line += f"; fixing it gives back {self.m_w.rem * 100:.0f} % of the lost time"
-        return line
+            n = len(self.top_workers)
+            fixes.append((self.m_w, f"worker dp {d} / pp {s}" if n == 1 else f"the top {n} workers (dp {d} / pp {s} "
+                                                                              "first)"))
+        if len(self.by_stage) > 1:
+            fixes.append((self.m_s, f"the last pipeline stage (pp {max(self.by_stage)})"))
+        fixes = [(g, who) for g, who in fixes if not math.isnan(g.rem)]
+        if not fixes:
+            return line
+        g, who = max(fixes, key=lambda f: f[0].rem)
+        if not g.t_rem < g.t_ori:
+            return f"{line}; fixing {who} would not shorten it"
+        return (f"{line}; fixing {who} would leave {g.t_rem / g.t_ideal:.2f}x, giving back {g.rem * 100:.0f} % of the "
+                "lost time")
 
     def brief(self) -> dict:
         """The figures `analyze` adds to its summary: slowdown S, the top worker (dp_rank,
@@ -128,9 +140,12 @@ class WhatIfReport:
                  f"(mean measured {_mean(self.measured_step_s):.3f} s, replayed {_mean(self.replayed_step_s):.3f} s, "
                  f"ideal {_mean(self.ideal_step_s):.3f} s)",
                  f"  stage imbalance M_S (fixing the last stage gives back): {self.m_s.rem * 100:.1f} %",
+                 f"  top workers M_W (fixing {len(self.top_workers)} worker(s) gives back): {self.m_w.rem * 100:.1f} %",
                  "  by stage:    " + _top(self.by_stage),
                  "  by dp_rank:  " + _top(self.by_dp_rank),
                  "  by op type:  " + _top(self.by_optype)]
+        if self.by_worker:  # S_w: the worker's ops alone recorded; can exceed S (ideal = means over everyone)
+            lines.append("  by worker:   " + _top({f"dp {d} / pp {s}": v for (d, s), v in self.by_worker.items()}))
         return "\n".join(lines)
 
 

@@ -405,3 +405,33 @@ TEST(Confirm, ImbalanceNeedsTheSameGroupAndAnImpact) {
     EXPECT_NE(r.status, cf::State::kImbalance) << "report " << s;
   }
 }
+
+TEST(Confirm, RatioIsTheMedianOverTheReportsThatAgree) {
+  // Rank 13 slowed unevenly, one healthy report among the last 8: the finding's ratio is the
+  // median of its own ratios over the 7 slow reports, not the latest report's.
+  Job job(5);
+  cf::ConfirmTracker t;
+  for (std::int64_t s = 0; s < 20; ++s) t.update(job.report(s), job.groups());
+  const std::vector<double> slow = {0.5, 2.0, 0.6, 1.2, 0.0, 0.7, 1.6, 0.55, 0.9, 0.65};
+  std::vector<double> own;  // the rank's forward ratio in each report, from its facts
+  cf::Finding last;
+  for (std::size_t k = 0; k < slow.size(); ++k) {
+    job.slow[13] = slow[k];
+    const auto r = t.update(job.report(20 + static_cast<std::int64_t>(k)), job.groups());
+    const auto it = std::find_if(r.findings.begin(), r.findings.end(),
+                                 [](const cf::Finding& f) { return f.rank == 13 && f.stage_name == "forward"; });
+    ASSERT_NE(it, r.findings.end()) << k;
+    own.push_back(it->facts.rank_ms / it->facts.ref_ms);
+    last = *it;
+  }
+  ASSERT_EQ(last.state, cf::State::kStraggler);
+  ASSERT_EQ(last.facts.reports_seen, 8);
+  ASSERT_EQ(last.facts.reports_agreeing, 7);
+  std::vector<double> agreeing;
+  for (std::size_t k = slow.size() - 8; k < slow.size(); ++k) {
+    if (slow[k] > 0.0) agreeing.push_back(own[k]);
+  }
+  std::sort(agreeing.begin(), agreeing.end());
+  EXPECT_DOUBLE_EQ(last.ratio, agreeing[agreeing.size() / 2]);
+  EXPECT_GT(std::abs(last.ratio - own.back()), 0.05);
+}

@@ -74,7 +74,7 @@ def _only_anomaly(summary: dict) -> dict:
     a = summary["anomalies"][0]
     assert (a["kind"], a["dp_rank"], a["pp_rank"]) == ("individual", *SLOW)
     assert set(a["stages"]) == {"forward", "backward"}
-    assert a["ratio"] == pytest.approx(SLOWDOWN, rel=0.08)
+    assert a["mean_ratio"] == pytest.approx(SLOWDOWN, rel=0.08)
     return a
 
 

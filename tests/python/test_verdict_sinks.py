@@ -72,14 +72,14 @@ def test_the_summary_headline_names_the_confirmed_straggler():
     summary = RunSummary()
     assert summary.headline() == "no straggler confirmed in 0 reports"
     for r in (report(10), report(20, finding("suspected")), report(40, finding("straggler", ratio=1.2)),
-              report(50, finding("straggler", ratio=1.4)), report(60, finding("straggler", ratio=1.3)), report(70)):
+              report(50, finding("straggler", ratio=1.4)), report(60, finding("straggler", ratio=1.5)), report(70)):
         summary(r)
     (c,) = summary.confirmed()
     assert (c.rank, c.stage, c.first_step, c.reports, c.reports_after, c.cause, c.median_excess_ms) == \
         (1, "forward", 40, 3, 4, "compute", 3.0)
-    assert c.median_ratio == 1.3
+    assert c.ratio == 1.5  # the finding's own ratio in the last report that named it, not a median of medians
     assert summary.headline() == ("straggler rank 1 confirmed from step 40 (named in 3 of 4 reports since), costing most "
-                                  "in forward: 1.30x its group, +3.0 ms; cause: compute")
+                                  "in forward: 1.50x its group, +3.0 ms; cause: compute")
     assert summary.statuses == {"healthy": 2, "suspected": 1, "straggler": 3}
 
 

@@ -51,7 +51,7 @@ struct Facts {
   double rank_ms = 0.0;    // the rank's time in the stage this report (per token when workload given)
   double ref_ms = 0.0;     // its comparison group's reference (median of the other ranks)
   double excess_ms = 0.0;  // distance from the reference on the slow side, ms (>= 0 when slow)
-  double median_ratio = 0.0;  // median ratio over the recent reports the finding has been tracked (at most history)
+  double median_ratio = 0.0;  // median ratio over every recent tracked report (at most history), agreeing or not
   double noise = 0.0;      // learned relative noise sigma of the (group, stage)
   // Late arrivals of this rank (or of ranks waiting on it) at collectives this report:
   // the time the peers of each late rank waited, summed, ms.
@@ -70,8 +70,9 @@ struct Finding {
   State state = State::kHealthy;
   std::int64_t since_step = 0;  // report step at which the current state began
   double confidence = 0.0;      // 0..1: reports_agreeing / reports_seen
-  // Compute and link: rank / reference; late arrival: reference / rank (> 1 = later);
-  // imbalance: slowest group / fastest group.
+  // The median, over the reports among the last `history` whose evidence agrees with the
+  // state (facts.reports_agreeing), of rank / reference (compute and link) or reference /
+  // rank (late arrival, > 1 = later); imbalance: slowest group / fastest group.
   double ratio = 1.0;
   bool persistent = false;   // confirmed by consecutive reports
   bool by_window = false;    // confirmed by the window ensemble's vote

@@ -122,6 +122,10 @@ class ConfirmTracker {
   void judge_imbalance(std::int64_t step);
   void learn_noise();
   ConfirmResult result(std::int64_t step, bool reset) const;
+  // A finding's ratio: the median, over the reports among its last `history` whose evidence
+  // agrees with its state (the bits of `agree`, newest first), of t / ref (late arrival:
+  // ref / t); the median over every tracked report where none agrees.
+  static double agreeing_ratio(const Entry& e, std::uint64_t agree);
   Entry& entry(std::int32_t rank, std::int32_t stage, Dir dir);
   double sigma(std::size_t gs) const { return sigma_[gs]; }
   std::int32_t needed_streak(std::size_t gs) const;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "core/confirm/tracker.h"
+#include "core/stats.h"
 
 namespace relax_straggler::core::confirm {
 namespace {
@@ -117,6 +118,22 @@ ConfirmResult ConfirmTracker::update(const StepMatrix& matrix, const std::vector
   return out;
 }
 
+double ConfirmTracker::agreeing_ratio(const Entry& e, std::uint64_t agree) {
+  // The ring and the masks advance together, on each report with a time in the stage: bit i
+  // of a mask is the report i places before the newest in the ring.
+  const auto H = static_cast<std::int64_t>(e.ratios.size());
+  const std::int64_t n = std::min<std::int64_t>({static_cast<std::int64_t>(e.seen), e.ratios_n, H});
+  std::vector<double> values;
+  values.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (((agree >> i) & 1ULL) == 0) continue;
+    const double x = e.ratios[static_cast<std::size_t>((e.ratios_n - 1 - i) % H)];
+    values.push_back(e.dir == Dir::kLate ? 1.0 / x : x);
+  }
+  if (values.empty()) return n > 0 ? e.median : e.ratio;
+  return nan_median(Values(values));
+}
+
 ConfirmResult ConfirmTracker::result(std::int64_t step, bool reset) const {
   const std::size_t S = stages_.size();
   ConfirmResult out;
@@ -136,11 +153,11 @@ ConfirmResult ConfirmTracker::result(std::int64_t step, bool reset) const {
     f.stage_name = stages_[static_cast<std::size_t>(e.stage)];
     f.state = e.state;
     f.since_step = e.since;
-    f.ratio = e.ratio;
     f.persistent = e.persistent;
     f.by_window = e.by_window;
     const std::uint64_t agree = e.state == State::kRecovered ? ~e.strong_mask
                                                              : (e.strong_mask | (e.by_window ? e.weak_mask : 0ULL));
+    f.ratio = agreeing_ratio(e, agree);
     f.facts.reports_seen = e.seen;
     f.facts.reports_agreeing = bits(agree, e.seen);
     f.confidence = e.seen > 0 ? static_cast<double>(f.facts.reports_agreeing) / e.seen : 0.0;
