@@ -61,7 +61,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         for budget in BUDGETS:
             total, sequential = false_alarms(jitter, budget, args.reports, args.seed)
             k = 1000.0 / args.reports
-            print(f"| {jitter} | {budget:g} | {budget * 1000:g} | {total * k:.2f} ({total}) | {sequential * k:.2f} ({sequential}) |")
+            print(f"| {jitter} | {budget:g} | {budget * 1000:g} | {total * k:.2f} ({total}) "
+                  f"| {sequential * k:.2f} ({sequential}) |")
     print(f"\n{args.reports} reports per run, 4 ranks x 4 compute stages; {time.perf_counter() - t0:.0f} s")
     return 0
 

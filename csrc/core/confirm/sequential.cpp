@@ -49,10 +49,11 @@ void SequentialEvidence::reset(std::size_t ranks, std::size_t stages) {
   w_.assign(ranks * stages, 0.0);
 }
 
-const std::vector<double>& SequentialEvidence::scores(std::size_t peers) {
-  if (scores_.size() <= peers) scores_.resize(peers + 1);
-  if (scores_[peers].empty()) scores_[peers] = score_table(static_cast<std::int32_t>(peers));
-  return scores_[peers];
+void SequentialEvidence::tables(std::size_t peers) {
+  if (scores_.size() <= peers) scores_.resize(peers + 1), logs_.resize(peers + 1);
+  if (!scores_[peers].empty()) return;
+  scores_[peers] = score_table(static_cast<std::int32_t>(peers));
+  for (double e : scores_[peers]) logs_[peers].push_back(std::log(e));
 }
 
 void SequentialEvidence::add(const double* ms, std::size_t S, std::size_t s, const std::int32_t* rows, std::size_t n,
@@ -64,19 +65,26 @@ void SequentialEvidence::add(const double* ms, std::size_t S, std::size_t s, con
     if (!std::isnan(t)) sorted_.push_back(t);
   }
   std::sort(sorted_.begin(), sorted_.end());
+  const std::size_t k_all = sorted_.size();
+  if (k_all < 1) return;
+  tables(k_all);
+  if (k_all >= 2) tables(k_all - 1);
+  const double* first = sorted_.data();
   for (std::size_t i = 0; i < n; ++i) {
     const auto r = static_cast<std::size_t>(rows[i]);
     const double t = ms[r * S + s];
     if (std::isnan(t)) continue;
-    const auto below = std::lower_bound(sorted_.begin(), sorted_.end(), t);
-    const auto above = std::upper_bound(below, sorted_.end(), t);
-    auto lo = static_cast<std::int32_t>(below - sorted_.begin());
-    auto equal = static_cast<std::int32_t>(above - below);
-    auto peers = static_cast<std::int32_t>(sorted_.size());
+    const double* below = std::lower_bound(first, first + k_all, t);
+    auto lo = static_cast<std::int32_t>(below - first);
+    std::int32_t equal = 0;
+    while (below + equal < first + k_all && below[equal] == t) ++equal;
+    auto peers = static_cast<std::int32_t>(k_all);
     if (in_sample[r]) --equal, --peers;  // its own time is one of the sample's
     if (peers < 1) continue;
+    const auto k = static_cast<std::size_t>(peers);
+    const double step = equal == 0 ? logs_[k][static_cast<std::size_t>(lo)] : tied_log_score(scores_[k], lo, lo + equal);
     double& w = w_[r * stages_ + s];
-    w = std::clamp(w + tied_log_score(scores(static_cast<std::size_t>(peers)), lo, lo + equal), 0.0, cap);
+    w = std::clamp(w + step, 0.0, cap);
   }
 }
 

@@ -63,9 +63,10 @@ class SequentialEvidence {
   std::size_t stages_ = 0;
   std::vector<double> w_;
   std::vector<double> sorted_;  // scratch: one group's sampled times
-  // scores_[k][q]: exp(kSequentialTilt q / k) / mean_q(...) for k peers, filled on first use.
-  std::vector<std::vector<double>> scores_;
-  const std::vector<double>& scores(std::size_t peers);
+  // scores_[k][q]: e(q) for k peers; logs_[k][q]: log e(q) (a place without ties); filled on
+  // first use.
+  std::vector<std::vector<double>> scores_, logs_;
+  void tables(std::size_t peers);
 };
 
 }  // namespace relax_straggler::core::confirm

@@ -342,7 +342,8 @@ void ConfirmTracker::layout(const StepMatrix& m, const std::vector<std::int32_t>
   // The cells tested: every rank with a peer, in every compute stage.
   const auto compute = static_cast<std::int64_t>(std::count(roles_.begin(), roles_.end(), Role::kCompute));
   const std::int64_t cells = (ranks_ - static_cast<std::int64_t>(unjudged_.size())) * compute;
-  sequential_h_ = cfg_.sequential_budget > 0.0 && cells > 0 ? sequential_threshold(cells, cfg_.sequential_budget) : kInf;
+  const bool tested = cfg_.sequential_budget > 0.0 && cells > 0;
+  sequential_h_ = tested ? sequential_threshold(cells, cfg_.sequential_budget) : kInf;
   reports_ = 0;
 }
 
