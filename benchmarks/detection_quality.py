@@ -19,6 +19,15 @@ Per sampled step and rank, in ms:
            rank takes 30 ms longer (a page fault, a preempted host thread).
 Every detector skips the 10 warm-up steps (the analyzer samples none of them).
 
+Jitter model (4 DDP ranks, one comparison group, one node), for small shifts under noise
+larger than them. Per sampled step and rank, in ms: data 1, backward 38, optimizer 5
+(log-normal sigma 10 %, 3 %, 3 %), forward 7.5 + a sleep, communication = transfer (25 ms,
+sigma 8 %) + the wait for the last rank, so a step takes ~90 ms. The sleep is
+  uniform       U(0, 15) ms on every rank and step;
+  heavy-tailed  log-normal (median 6 ms, sigma 0.5) plus, with probability 3 % per rank
+                and step, a Pareto spike (shape 1.5, at least 15 ms; unbounded variance).
+The same warm-up as the cluster model; no GC pauses or hiccups (the sleep is the noise).
+
 Scenarios (the slowdown starts at step `onset` = 50):
   healthy                    nothing injected
   slow rank 5..100 %         rank 37's compute stages slower by that much
@@ -29,7 +38,10 @@ Scenarios (the slowdown starts at step `onset` = 50):
                              backward by design, from step 0: stage imbalance, no straggler
   unequal workloads          tokens per rank and step vary +-50 % (compute scales with them;
                              detectors see per-token times), rank 101 20 % slower
-Detectors:
+  4 ranks, <jitter>: healthy nothing injected (jitter model)
+  4 ranks, <jitter>: +8 %    rank 2 sleeps 7.3 ms more in forward (8 % of the step, about
+                             half the uniform sleep's spread)
+Detectors (--sequential-budget 0 runs the confirmed verdict without its sequential test):
   RFC threshold        per step: t >= mean x 1.2 or t - mean >= 5 ms (noise floor 1 ms; the
                        analyzer's per-step rule, communication by late arrival)
   Greyhound-style      per step: t >= median x 1.1 (10 % slowdown), late arrival in communication
@@ -46,7 +58,7 @@ over the steady state: steps before onset (truth: no straggler) and from onset +
 (truth: the injected ranks), skipping the 50-step transition. False alarms: evaluation
 points that flag a rank outside the truth, per 1,000 steps of the scored run. Steps to
 detect: first evaluation step at or after onset that flags an injected rank, minus onset,
-averaged over seeds ("-" when never).
+averaged over seeds, with the slowest seed's ("-" when never).
 """
 
 from __future__ import annotations
@@ -96,6 +108,8 @@ class Scenario:
     structural: Optional[tuple[int, float]] = None  # (pipeline group, fraction on forward/backward), always
     tokens_spread: float = 0.0  # tokens ~ U(1 - s, 1 + s) x mean per rank and step
     expect_imbalance: bool = False
+    jitter: Optional[str] = None  # "uniform" or "heavy-tailed": the 4-rank jitter model
+    forward_ms: dict[int, float] = field(default_factory=dict)  # rank -> ms added to forward, from onset
 
 
 def scenarios() -> list[Scenario]:
@@ -108,12 +122,59 @@ def scenarios() -> list[Scenario]:
     out.append(Scenario("slow link (comm x1.6)", (90,), transfer_factor={90: 1.6}))
     out.append(Scenario("slow pipeline stage (+25 %)", (), structural=(3, 0.25), expect_imbalance=True))
     out.append(Scenario("unequal workloads (+-50 % tokens)", (101,), compute_slowdown={101: 0.2}, tokens_spread=0.5))
+    for jitter in ("uniform", "heavy-tailed"):
+        out.append(Scenario(f"4 ranks, {jitter} jitter: healthy", jitter=jitter))
+        out.append(Scenario(f"4 ranks, {jitter} jitter: rank 2 +8 %", (2,), jitter=jitter, forward_ms={2: 7.3}))
     return out
+
+
+JITTER_RANKS = 4
+JITTER_BASE_MS = np.array([7.5, 38.0, 5.0, 0.0, 1.0])  # forward before its sleep
+
+
+def jitter_sleep(kind: str, rng: np.random.Generator) -> np.ndarray:
+    """Each of the 4 ranks' sleep in forward for one step, ms."""
+    if kind == "uniform":
+        return rng.uniform(0.0, 15.0, JITTER_RANKS)
+    if kind == "heavy-tailed":
+        sleep = rng.lognormal(np.log(6.0), 0.5, JITTER_RANKS)
+        spikes = rng.random(JITTER_RANKS) < 0.03
+        sleep[spikes] += 15.0 * (1.0 + rng.pareto(1.5, int(spikes.sum())))
+        return sleep
+    raise ValueError(f"unknown jitter {kind!r}")
+
+
+def generate_jitter(sc: Scenario, steps: int, seed: int) -> np.ndarray:
+    """judged ms (steps, 4, stages) of the jitter model (module docstring)."""
+    rng = np.random.default_rng(seed)
+    ms = np.empty((steps, JITTER_RANKS, len(STAGES)))
+    for s in range(steps):
+        t = np.tile(JITTER_BASE_MS, (JITTER_RANKS, 1))
+        t *= np.exp(rng.normal(0.0, 1.0, t.shape) * np.array([0.0, 0.03, 0.03, 0.0, 0.1]))
+        t[:, 0] += jitter_sleep(sc.jitter, rng)
+        if s >= ONSET:
+            for r, extra in sc.forward_ms.items():
+                t[r, 0] += extra
+        if s < WARMUP:
+            t[:, :3] *= 1.0 + np.exp(-s / 3.0) * rng.uniform(0.5, 1.0, (JITTER_RANKS, 1))
+        arrive = t[:, [DATA, 0, 1]].sum(axis=1)
+        t[:, COMM] = TRANSFER_MS * np.exp(rng.normal(0.0, 0.08, JITTER_RANKS)) + arrive.max() - arrive
+        ms[s] = t
+    return ms
+
+
+def layout(ranks: int) -> tuple[list[int], list[int]]:
+    """(pipeline group, node) per rank: the cluster model's, or one of each for the jitter model."""
+    if ranks == RANKS:
+        return list(np.arange(RANKS) // PER_GROUP), list(np.arange(RANKS) // PER_NODE)
+    return [0] * ranks, [0] * ranks
 
 
 def generate(sc: Scenario, steps: int, seed: int) -> np.ndarray:
     """judged ms (steps, ranks, stages) as the analyzer would judge them (per-token
     normalised forward/backward when workloads vary)."""
+    if sc.jitter is not None:
+        return generate_jitter(sc, steps, seed)
     rng = np.random.default_rng(seed)
     group = np.arange(RANKS) // PER_GROUP
     ms = np.empty((steps, RANKS, len(STAGES)))
@@ -173,9 +234,8 @@ def per_step(relative: float, absolute: float, floor: float, ref: str, stages: t
 
 
 def windowed(config: WindowConfig) -> Callable:
-    nodes = list(np.arange(RANKS) // PER_NODE)
-
     def run(ms: np.ndarray) -> Answers:
+        nodes = layout(ms.shape[1])[1]
         det = WindowDetector(window=WINDOW, every=EVERY, skip_reports=WARMUP, config=config, rank_to_node=nodes)
         out = []
         current: frozenset[int] = frozenset()
@@ -195,20 +255,25 @@ class _Report:
     judged_ms: np.ndarray
 
 
-def confirmed_run(ms: np.ndarray) -> list[tuple[int, VerdictResult]]:
-    """The product's confirmed verdict on every sampled step past warm-up."""
+def confirmed_run(ms: np.ndarray, sequential_budget: Optional[float] = None) -> list[tuple[int, VerdictResult]]:
+    """The product's confirmed verdict on every sampled step past warm-up; sequential_budget
+    replaces the default's (0: the sequential test off, for a comparison)."""
     # The analyzer's own decision with the flags' defaults: what `install()` gives a user.
-    verdict = ConfirmedVerdict(ConfirmConfig.from_config(StragglerConfig(enabled=True)),
-                               rank_to_node=list(np.arange(RANKS) // PER_NODE))
-    groups = list(np.arange(RANKS) // PER_GROUP)
+    groups, nodes = layout(ms.shape[1])
+    config = ConfirmConfig.from_config(StragglerConfig(enabled=True))
+    if sequential_budget is not None:
+        config = config.replace(sequential_budget=sequential_budget)
+    verdict = ConfirmedVerdict(config, rank_to_node=nodes)
     return [(s, verdict.update(s, ms[s], STAGES, groups=groups)) for s in range(WARMUP, ms.shape[0])]
 
 
-def confirmed(ms: np.ndarray) -> Answers:
-    return [(s, frozenset(r.straggler_ranks)) for s, r in confirmed_run(ms)]
+def confirmed(sequential_budget: Optional[float] = None) -> Callable:
+    def run(ms: np.ndarray) -> Answers:
+        return [(s, frozenset(r.straggler_ranks)) for s, r in confirmed_run(ms, sequential_budget)]
+    return run
 
 
-def detectors() -> dict[str, Callable]:
+def detectors(sequential_budget: Optional[float] = None) -> dict[str, Callable]:
     """Each detector, by its table name: all run the product's own code (judge_step at the
     peers' thresholds for the per-step baselines, WindowDetector, ConfirmedVerdict with the
     defaults install() uses); the benchmark adds only the data and the scoring."""
@@ -218,7 +283,7 @@ def detectors() -> dict[str, Callable]:
         "Greyhound-style (median x1.1)": per_step(1.1, 1e9, 1.0, "median", all_stages),
         "NVRx-style (score < 0.75)": per_step(1.0 / 0.75, 1e9, 0.0, "median", COMPUTE),
         "ensemble (window, 6 clusterers)": windowed(WindowConfig()),
-        "confirmed verdict": confirmed,
+        "confirmed verdict": confirmed(sequential_budget),
     }
 
 
@@ -260,6 +325,8 @@ class Score:
         def fmt(x: float) -> str:
             return "-" if np.isnan(x) else f"{x:.3f}"
         delay = "-" if not self.delays else f"{np.mean(self.delays):.0f}"
+        if len(self.delays) > 1:
+            delay += f" (max {max(self.delays)})"
         if self.delays and self.misses:
             delay += f" ({self.misses} missed)"
         return {"precision": fmt(p), "recall": fmt(r), "F1": fmt(f1),
@@ -267,9 +334,10 @@ class Score:
                 "steps to detect": delay}
 
 
-def evaluate(steps: int, seeds: int, only: Optional[list[str]] = None) -> list[dict[str, str]]:
+def evaluate(steps: int, seeds: int, only: Optional[list[str]] = None,
+             sequential_budget: Optional[float] = None) -> list[dict[str, str]]:
     rows = []
-    dets = detectors()
+    dets = detectors(sequential_budget)
     for sc in scenarios():
         if only and not any(o in sc.name for o in only):
             continue
@@ -280,7 +348,7 @@ def evaluate(steps: int, seeds: int, only: Optional[list[str]] = None) -> list[d
             for name, det in dets.items():
                 scores[name].add(sc, det(ms), steps)
             if sc.expect_imbalance:
-                last = confirmed_run(ms)[-1][1]
+                last = confirmed_run(ms, sequential_budget)[-1][1]
                 imbalance += any(f.state == "imbalance" and f.group == sc.structural[0] for f in last.findings)
         for name, score in scores.items():
             row = {"scenario": sc.name, "detector": name, **score.row()}
@@ -302,13 +370,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--steps", type=int, default=300, help="sampled steps per run (>= 120)")
     p.add_argument("--seeds", type=int, default=3, help="runs per scenario")
     p.add_argument("--only", nargs="*", help="scenario name substrings to run")
+    p.add_argument("--sequential-budget", type=float, default=None,
+                   help="the confirmed verdict's sequential_budget (default: the product's; 0: off)")
     args = p.parse_args(argv)
     if args.steps < ONSET + TRANSITION + 2 * EVERY:
         p.error(f"--steps must be >= {ONSET + TRANSITION + 2 * EVERY}")
     t0 = time.perf_counter()
-    rows = evaluate(args.steps, args.seeds, args.only)
+    rows = evaluate(args.steps, args.seeds, args.only, args.sequential_budget)
     print(markdown(rows))
-    print(f"\n{args.seeds} seed(s) x {args.steps} steps x {RANKS} ranks; {time.perf_counter() - t0:.0f} s")
+    print(f"\n{args.seeds} seed(s) x {args.steps} steps x {RANKS} ranks ({JITTER_RANKS} in the jitter model); "
+          f"{time.perf_counter() - t0:.0f} s")
     return 0
 
 

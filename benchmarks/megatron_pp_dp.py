@@ -7,12 +7,16 @@ on) and --straggler-interval 5, 150 steps (tests/python/workers/megatron_gpt_run
     healthy   nothing slowed
     stage0    rank 1 (stage 0) +30 ms per microbatch in forward from step 40
     stage1    rank 2 (stage 1) the same
+    rank3     rank 3 (stage 1, data-parallel rank 1) the same
 
 Per run: the steps over 10 x the rank's median step after the analyzer's warm-up (any
 rank), the longest such ratio, the reports written, the ranks confirmed before and after
 the onset (and whether a rank of the other stage was ever confirmed), the ranks confirmed
 with cause host_contention (4 ranks on 2 cores: a rank kept waiting for a CPU is really
-slower, and named so; counted apart), the side-group failures and the analyzer's warnings.
+slower, and named so; counted apart), the side-group failures and the analyzer's warnings;
+and the live what-if's reports: how many name a top worker (straggler/whatif/top_worker not
+"none"), and, from the onset, how many name the slowed rank's worker (top_rank) and how many
+have it as the step's leader (straggler/whatif/leader, unconfirmed).
 docs/PERFORMANCE.md records the results.
 
     .venv/bin/python benchmarks/megatron_pp_dp.py [--runs 5] [--scenarios healthy stage0 stage1]
@@ -33,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "python" / "workers" / "megatron_gpt_run.py"
 STEPS, INTERVAL, ONSET, SLOW_MS = 150, 5, 40, 30.0
-SCENARIOS = {"healthy": -1, "stage0": 1, "stage1": 2}
+SCENARIOS = {"healthy": -1, "stage0": 1, "stage1": 2, "rank3": 3}
 STAGE_OF = [0, 0, 1, 1]
 FACTOR = 10.0
 
@@ -73,6 +77,18 @@ def first_confirmations(reports: list[dict]) -> list[list]:
     return out
 
 
+def whatif_counts(reports: list[dict], slow_rank: int) -> dict:
+    """The live what-if's naming: reports that name a top worker, and from the onset those
+    that name the slowed rank's worker or have it as their leader."""
+    m = [r["metrics"] for r in reports if "straggler/whatif/top_worker" in r["metrics"]]
+    after = [r["metrics"] for r in reports if r["step"] >= ONSET and "straggler/whatif/top_worker" in r["metrics"]]
+    worker = f"dp {slow_rank % 2} / pp {STAGE_OF[slow_rank]}" if slow_rank >= 0 else None
+    return {"whatif_reports": len(m), "whatif_named": sum(x["straggler/whatif/top_worker"] != "none" for x in m),
+            "whatif_reports_after_onset": len(after),
+            "whatif_named_slowed": sum(x["straggler/whatif/top_rank"] == slow_rank for x in after) if worker else 0,
+            "whatif_led_slowed": sum(x.get("straggler/whatif/leader") == worker for x in after) if worker else 0}
+
+
 def summarize(result: dict, slow_rank: int) -> dict:
     over, worst = 0, 0.0
     for r in result["ranks"]:
@@ -90,7 +106,8 @@ def summarize(result: dict, slow_rank: int) -> dict:
             "other_stage_confirmed": other_stage, "first_confirmations": first_confirmations(reports),
             "host_contention_confirmed": sorted(set().union(*[confirmed(x, contention=True) for x in reports])),
             "side_group_failures": [r["failed"] for r in result["ranks"] if r["failed"]],
-            "warnings": sum(len(r["warnings"]) for r in result["ranks"]), "wall_s": round(result["wall_s"], 1)}
+            "warnings": sum(len(r["warnings"]) for r in result["ranks"]), "wall_s": round(result["wall_s"], 1),
+            **whatif_counts(reports, slow_rank)}
 
 
 def main() -> None:

@@ -134,7 +134,7 @@ def replays(repeats: int, sizes: list[tuple[int, int, int]]) -> dict[str, float]
         rows = synthetic_rows(dp, pp, mb)
         live = LiveWhatIf()
         metrics = live.metrics(rows)
-        assert metrics["straggler/whatif/top_worker"] == f"dp 0 / pp {pp - 1}", metrics
+        assert metrics["straggler/whatif/leader"] == f"dp 0 / pp {pp - 1}", metrics
         runs = []
         for _ in range(max(3, repeats // (1 + dp * pp // 64))):
             t0 = time.perf_counter()

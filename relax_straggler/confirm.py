@@ -23,7 +23,9 @@ are compared per token).
 
 States: ``healthy``, ``suspected`` (slow in the latest report(s)), ``straggler``
 (confirmed: ``confirm_reports`` reports in a row beyond the minimum effect size and the
-learned noise, or named by the window ensemble with a mean ratio that agrees),
+learned noise, or by evidence accumulated over reports (a sequential test on the rank's
+place in its group, for shifts smaller than one report's noise), or named by the window
+ensemble with a mean ratio that agrees),
 ``recovered``, ``imbalance`` (a whole group slower: structural), ``insufficient_evidence``
 (nothing judgeable yet, or every rank alone in its group). Facts (measured) and cause
 (inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``, and
@@ -82,7 +84,7 @@ GC_SHARE = 0.5
 # The engine's fields, in ConfirmConfig order.
 _ENGINE_FIELDS = ("relative_threshold", "absolute_ms_threshold", "min_impact", "noise_sigmas", "confirm_reports", "recover_reports",
                   "min_reports", "history", "noise_memory", "window_sigmas", "reference_sample",
-                  "min_noise")
+                  "min_noise", "sequential_budget")
 
 
 def _default_window_config() -> WindowConfig:
@@ -98,7 +100,9 @@ class ConfirmConfig:
     relative_threshold / absolute_ms_threshold: the RFC #334 rule as the minimum effect
     size of one report (dimensionless, ms). noise_sigmas: learned-noise sigmas a ratio
     must also clear. confirm_reports / recover_reports: reports in a row to confirm /
-    recover. window_every: run the window ensemble every this many reports (0 = off);
+    recover. sequential_budget: false alarms per report the sequential test may raise in a
+    healthy job, by design (0 = off; csrc/core/confirm/sequential.h).
+    window_every: run the window ensemble every this many reports (0 = off);
     window_size: reports it looks at; window_skip: leading reports it ignores (warm-up);
     window_config: its settings. Raises ValueError naming the field.
     """
@@ -115,6 +119,7 @@ class ConfirmConfig:
     window_sigmas: float = 4.0
     reference_sample: int = 32
     min_noise: float = 0.002
+    sequential_budget: float = 1e-3
     window_every: int = 0
     window_size: int = 50
     window_skip: int = 0
@@ -217,6 +222,7 @@ class Finding:
     by_window: bool  # confirmed by the window ensemble
     facts: Facts
     cause: str  # inferred, one of CAUSES
+    by_sequential: bool = False  # confirmed by evidence accumulated over reports (sequential test)
 
     def describe(self) -> str:
         """One line, facts first and the inferred cause last."""
@@ -497,4 +503,4 @@ def _finding(f: Any) -> Finding:
                   reports_agreeing=x.reports_agreeing, reports_seen=x.reports_seen, window_votes=x.window_votes)
     return Finding(rank=f.rank, group=f.group, stage=f.stage_name, state=C.state_name(f.state),
                    since_step=f.since_step, confidence=f.confidence, ratio=f.ratio, persistent=f.persistent,
-                   by_window=f.by_window, facts=facts, cause=C.cause_name(f.cause))
+                   by_window=f.by_window, facts=facts, cause=C.cause_name(f.cause), by_sequential=f.by_sequential)

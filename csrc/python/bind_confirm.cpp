@@ -57,10 +57,11 @@ void bind_confirm(py::module_& parent) {
                        std::int32_t recover,
                        std::int32_t min_reports, std::int32_t history, std::int32_t noise_memory, double window_sigmas,
                        std::int32_t sample, double min_noise, std::vector<std::string> workload_stages,
-                       std::vector<std::string> p2p_stages, std::string data_stage) {
+                       std::vector<std::string> p2p_stages, std::string data_stage, double sequential_budget) {
              cf::ConfirmConfig c{rel, abs_ms, min_impact, sigmas, confirm, recover, min_reports, history, noise_memory,
                                  window_sigmas, sample, min_noise, std::move(workload_stages),
                                  std::move(p2p_stages), std::move(data_stage)};
+             c.sequential_budget = sequential_budget;
              c.validate();
              return c;
            }),
@@ -71,7 +72,7 @@ void bind_confirm(py::module_& parent) {
            py::arg("window_sigmas") = d.window_sigmas,
            py::arg("reference_sample") = d.reference_sample, py::arg("min_noise") = d.min_noise,
            py::arg("workload_stages") = d.workload_stages, py::arg("p2p_stages") = d.p2p_stages,
-           py::arg("data_stage") = d.data_stage);
+           py::arg("data_stage") = d.data_stage, py::arg("sequential_budget") = d.sequential_budget);
 
   py::class_<cf::WindowRank>(m, "WindowRank")
       .def(py::init([](std::int32_t rank, std::int32_t votes, std::vector<std::string> stages) {
@@ -106,6 +107,7 @@ void bind_confirm(py::module_& parent) {
       .def_readonly("ratio", &cf::Finding::ratio)
       .def_readonly("persistent", &cf::Finding::persistent)
       .def_readonly("by_window", &cf::Finding::by_window)
+      .def_readonly("by_sequential", &cf::Finding::by_sequential)
       .def_readonly("facts", &cf::Finding::facts)
       .def_readonly("cause", &cf::Finding::cause);
   py::class_<cf::ConfirmResult>(m, "ConfirmResult")

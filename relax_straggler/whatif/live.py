@@ -3,9 +3,15 @@ recorded by relax_straggler.op_records) through the engine's what-if model, on t
 rank's report thread. docs/WHATIF.md, "Live".
 
     straggler/whatif/slowdown          S of the step (Eq. 1)
-    straggler/whatif/top_worker        "dp D / pp S", the worker with the highest min(S_dp, S_stage)
-    straggler/whatif/top_rank          the rank recorded for that worker
-    straggler/whatif/give_back         fraction of the lost time fixing that worker returns (rem)
+    straggler/whatif/slowdown_typical  median S over the recent healthy reports (before this one)
+    straggler/whatif/slowdown_spread   1.4826 x their median absolute deviation: the job's own noise
+    straggler/whatif/leader            "dp D / pp S", this step's worker with the highest min(S_dp, S_stage)
+    straggler/whatif/lead              its score minus the runner-up's
+    straggler/whatif/top_worker        the worker named: the same leader beyond the spread over a
+                                       confirmation window (relax_straggler.whatif.lead); "none"
+    straggler/whatif/top_rank          the rank recorded for the named worker; -1 when none
+    straggler/whatif/give_back         fraction of the lost time fixing the named worker returns
+                                       (rem); 0 when none
     straggler/whatif/simulation_error  measured / replayed step time
     straggler/whatif/elapsed_ms        time spent building and replaying the model
     straggler/dropped_ops              ops not recorded because a rank's per-step buffer was full
@@ -25,6 +31,7 @@ import numpy as np
 from relax_straggler.payload import OP_FIELDS, OP_TYPES, unpack_ops
 from relax_straggler.readers import OpRecords
 from relax_straggler.whatif.errors import WhatIfInputError
+from relax_straggler.whatif.lead import WhatIfLead
 from relax_straggler.whatif.loader import one_rank_per_worker
 from relax_straggler.whatif.result import analyze_records
 
@@ -98,6 +105,7 @@ class LiveWhatIf:
     def __init__(self, threads: int = 1) -> None:
         self._threads = threads
         self._warned = False
+        self._lead = WhatIfLead()
 
     def metrics(self, op_rows: np.ndarray) -> dict[str, Any]:
         """The metrics of one step; {} when no per-op row travelled (op_rows has 0 columns).
@@ -120,13 +128,23 @@ class LiveWhatIf:
         try:
             rec = one_rank_per_worker(records_from_rows(op_rows))
             report = analyze_records(rec, by_worker=False, top_fraction=0.0, threads=self._threads)
-            dp, stage = report.top_workers[0]
-            kept = (rec.dp_rank == dp) & (rec.stage == stage)
+            workers = set(zip(rec.dp_rank.tolist(), rec.stage.tolist()))
+            lead = self._lead.update(float(report.slowdown), {w: report.worker_score(*w) for w in workers})
+            # The engine's top worker is the leader (highest score); named only when confirmed.
+            named = lead.named if lead.named == tuple(report.top_workers[0]) else None
+            top_rank, give_back = -1, 0.0
+            if named is not None:
+                kept = (rec.dp_rank == named[0]) & (rec.stage == named[1])
+                top_rank, give_back = int(rec.rank[np.argmax(kept)]), float(report.m_w.rem)
             out.update({
                 "straggler/whatif/slowdown": float(report.slowdown),
-                "straggler/whatif/top_worker": f"dp {dp} / pp {stage}",
-                "straggler/whatif/top_rank": int(rec.rank[np.argmax(kept)]),
-                "straggler/whatif/give_back": float(report.m_w.rem),
+                "straggler/whatif/slowdown_typical": lead.typical,
+                "straggler/whatif/slowdown_spread": lead.spread,
+                "straggler/whatif/leader": f"dp {lead.leader[0]} / pp {lead.leader[1]}",
+                "straggler/whatif/lead": lead.lead,
+                "straggler/whatif/top_worker": "none" if named is None else f"dp {named[0]} / pp {named[1]}",
+                "straggler/whatif/top_rank": top_rank,
+                "straggler/whatif/give_back": give_back,
                 "straggler/whatif/simulation_error": float(report.simulation_error),
                 "straggler/whatif/elapsed_ms": (time.perf_counter() - t0) * 1e3,
             })

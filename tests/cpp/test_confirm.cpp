@@ -186,17 +186,24 @@ TEST(Confirm, GroupOfOneIsInsufficientEvidence) {
 TEST(Confirm, SmallSlowdownNeedsTheWindowEnsemble) {
   Job job(9);
   job.slow[11] = 0.05;  // under the RFC effect size in every report
-  cf::ConfirmTracker alone, with_window;
+  // The per-report rules and the window path, without the sequential test (which finds it
+  // alone too: below).
+  cf::ConfirmConfig per_report;
+  per_report.sequential_budget = 0.0;
+  cf::ConfirmTracker alone(per_report), with_window(per_report), sequential;
   cf::WindowEvidence w;
   w.step = 10;
   w.anomalies.push_back(cf::WindowRank{11, 5, {"forward", "backward"}});
-  cf::ConfirmResult a, b;
+  cf::ConfirmResult a, b, c;
   for (std::int64_t s = 0; s < 40; ++s) {
     const auto m = job.report(s);
     a = alone.update(m, job.groups());
     b = with_window.update(m, job.groups(), {}, s >= 10 ? &w : nullptr);
+    c = sequential.update(m, job.groups());
     EXPECT_TRUE(a.straggler_ranks().empty()) << s;
   }
+  EXPECT_EQ(c.straggler_ranks(), std::vector<std::int32_t>{11});
+  EXPECT_TRUE(c.findings.front().by_sequential);
   EXPECT_EQ(b.straggler_ranks(), std::vector<std::int32_t>{11});
   EXPECT_TRUE(b.findings.front().by_window);
   EXPECT_EQ(b.findings.front().facts.window_votes, 5);

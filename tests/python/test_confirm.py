@@ -60,9 +60,11 @@ def test_slow_rank_confirmed_within_three_reports_with_metrics() -> None:
 
 
 def test_window_ensemble_confirms_a_five_percent_straggler() -> None:
+    # The window path alone: the sequential test (on by default) finds it too
+    # (test_confirm_sequential.py).
     rng = np.random.default_rng(3)
-    plain = ConfirmedVerdict()
-    windowed = ConfirmedVerdict(ConfirmConfig(window_every=10, window_size=30))
+    plain = ConfirmedVerdict(ConfirmConfig(sequential_budget=0.0))
+    windowed = ConfirmedVerdict(ConfirmConfig(window_every=10, window_size=30, sequential_budget=0.0))
     ran = 0
     first = None
     for step in range(60):

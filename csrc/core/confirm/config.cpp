@@ -27,6 +27,8 @@ void ConfirmConfig::validate() const {
   require(std::isfinite(min_impact) && min_impact >= 0.0 && min_impact < 1.0, "min_impact", "in [0, 1)", min_impact);
   require(reference_sample >= 3, "reference_sample", ">= 3", reference_sample);
   require(std::isfinite(min_noise) && min_noise > 0.0, "min_noise", "a finite number > 0", min_noise);
+  require(sequential_budget == 0.0 || (sequential_budget > 0.0 && sequential_budget < 1.0), "sequential_budget",
+          "0 (off) or in (0, 1)", sequential_budget);
 }
 
 }  // namespace relax_straggler::core::confirm

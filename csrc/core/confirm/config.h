@@ -52,6 +52,10 @@ struct ConfirmConfig {
   std::vector<std::string> p2p_stages{"communication/send", "communication/recv"};
   // The compute stage read as input data loading (cause "data").
   std::string data_stage = "data";
+  // Sequential path (sequential.h): false alarms per report the CUSUM on the ranks' places
+  // may raise in a healthy job, all ranks and compute stages together, by design (the
+  // alarm level is log(cells / budget)); 0 turns it off.
+  double sequential_budget = 1e-3;  // 0, or in (0, 1)
 
   // Throws std::invalid_argument naming the offending field.
   void validate() const;

@@ -11,7 +11,8 @@ namespace relax_straggler::core::confirm {
 enum class State : std::uint8_t {
   kHealthy = 0,
   kSuspected = 1,             // slow evidence in the latest report(s), not yet confirmed
-  kStraggler = 2,             // confirmed: persistent, or named by the window ensemble and agreeing
+  kStraggler = 2,             // confirmed: persistent, by accumulated evidence (sequential.h), or
+                              // named by the window ensemble and agreeing
   kRecovered = 3,             // was a straggler; no evidence for recover_reports reports
   kImbalance = 4,             // a whole comparison group slower than the others: structural
   kInsufficientEvidence = 5,  // nothing judgeable yet (too few reports, or no rank has a peer)
@@ -76,6 +77,7 @@ struct Finding {
   double ratio = 1.0;
   bool persistent = false;   // confirmed by consecutive reports
   bool by_window = false;    // confirmed by the window ensemble's vote
+  bool by_sequential = false;  // confirmed by evidence accumulated over reports (sequential.h)
   Facts facts;
   Cause cause = Cause::kUnknown;  // inferred from the facts
 };

@@ -336,7 +336,37 @@ void ConfirmTracker::layout(const StepMatrix& m, const std::vector<std::int32_t>
   lo_ms_.assign(GS, -kInf);
   imbalance_.assign(S, Imbalance{});
   entries_.clear();
+  sequential_.reset(static_cast<std::size_t>(ranks_), S);
+  in_sample_.assign(static_cast<std::size_t>(ranks_), 0);
+  for (std::int32_t r : sample_rows_) in_sample_[static_cast<std::size_t>(r)] = 1;
+  // The cells tested: every rank with a peer, in every compute stage.
+  const auto compute = static_cast<std::int64_t>(std::count(roles_.begin(), roles_.end(), Role::kCompute));
+  const std::int64_t cells = (ranks_ - static_cast<std::int64_t>(unjudged_.size())) * compute;
+  const bool tested = cfg_.sequential_budget > 0.0 && cells > 0;
+  sequential_h_ = tested ? sequential_threshold(cells, cfg_.sequential_budget) : kInf;
   reports_ = 0;
+}
+
+void ConfirmTracker::accumulate(const double* ms) {
+  const std::size_t S = stages_.size();
+  const double h = sequential_h_;
+  if (!std::isfinite(h)) return;
+  for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
+    if (group_start_[g + 1] - group_start_[g] < 2) continue;
+    const std::int32_t* rows = group_rows_.data() + group_start_[g];
+    const auto n = static_cast<std::size_t>(group_start_[g + 1] - group_start_[g]);
+    for (std::size_t s = 0; s < S; ++s) {
+      if (roles_[s] != Role::kCompute || !judged(g * S + s)) continue;
+      sequential_.add(ms, S, s, rows, n, sample_rows_.data() + sample_start_[g],
+                      static_cast<std::size_t>(sample_start_[g + 1] - sample_start_[g]), in_sample_, h);
+      // Halfway to the alarm: tracked from now on, so that its median excess is known by then.
+      for (std::size_t i = 0; i < n; ++i) {
+        if (sequential_.level(static_cast<std::size_t>(rows[i]), s) >= h / 2) {
+          entry(rows[i], static_cast<std::int32_t>(s), Dir::kSlow);
+        }
+      }
+    }
+  }
 }
 
 void ConfirmTracker::take_window(const WindowEvidence& w) {
@@ -444,7 +474,7 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
   const std::size_t S = stages_.size(), s = static_cast<std::size_t>(e.stage);
   const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S + s;
   const std::size_t cell = static_cast<std::size_t>(e.rank) * S + s;
-  e.strong = e.weak = e.window_ok = e.median_agrees = false;
+  e.strong = e.weak = e.window_ok = e.median_agrees = e.accumulated = e.holding = false;
   e.votes = 0;
   e.wait_caused_ms = 0.0;
   e.waiting.clear();
@@ -496,6 +526,11 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
     e.strong = matters && x > hi_[gs];
     e.weak = x > 1.0 + sig;
     e.median_agrees = enough && median >= 1.0 + band;
+    const double level = sequential_.level(static_cast<std::size_t>(e.rank), s);
+    const double h = sequential_h_;
+    e.holding = level >= h / 2;
+    e.accumulated = level >= h && n >= static_cast<std::size_t>(cfg_.confirm_reports) &&
+                    e.typical_ms >= cfg_.min_impact * budget_ms_;
   }
   e.window_ok = e.named && e.median_agrees;
 }
@@ -559,7 +594,7 @@ void ConfirmTracker::trace_blame(const double* ms) {
     const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S +
                            static_cast<std::size_t>(e.stage);
     if (e.dir == Dir::kLate && e.strong) late_groups_[gs] = 1;
-    if (e.dir != Dir::kSlow || !(e.strong || e.window_ok || e.state == State::kStraggler)) continue;
+    if (e.dir != Dir::kSlow || !(e.strong || e.window_ok || e.accumulated || e.state == State::kStraggler)) continue;
     const double excess = e.t - e.ref;
     auto it = std::find_if(slow_.begin(), slow_.end(), [&](const SlowRank& x) { return x.rank == e.rank; });
     if (it == slow_.end()) {
@@ -617,22 +652,26 @@ void ConfirmTracker::advance(Entry& e, std::int64_t step) {
   if (e.state == State::kStraggler) {
     e.persistent = e.persistent || persistent;
     e.by_window = e.by_window || e.window_ok;
+    e.by_sequential = e.by_sequential || e.accumulated;
     // Confirmed by the ensemble: kept while the median of its recent ratios still agrees (the
     // ensemble's answer is up to window_every reports old, so its naming alone keeps nothing).
-    const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports || (e.by_window && e.median_agrees);
+    // Confirmed by accumulated evidence alone: kept while the statistic holds half its alarm.
+    const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports ||
+                         (e.by_window && e.median_agrees) || (e.by_sequential && !e.persistent && e.holding);
     if (!keep_it) e.state = State::kRecovered, e.since = step;
-  } else if (persistent || e.window_ok) {
+  } else if (persistent || e.window_ok || e.accumulated) {
     e.state = State::kStraggler;
     e.since = step;
     e.persistent = persistent;
     e.by_window = e.window_ok;
+    e.by_sequential = e.accumulated;
   } else if (e.strong) {
     if (e.state != State::kSuspected) e.state = State::kSuspected, e.since = step;
   } else if (e.state == State::kSuspected) {
     e.state = State::kHealthy;
     e.since = step;
   }
-  const bool quiet = (e.state == State::kHealthy || e.state == State::kRecovered) && !e.strong && !e.named;
+  const bool quiet = (e.state == State::kHealthy || e.state == State::kRecovered) && !e.strong && !e.named && !e.holding;
   e.idle = quiet ? e.idle + 1 : 0;
 }
 

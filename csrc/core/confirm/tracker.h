@@ -21,6 +21,14 @@
 //                  streak of slow evidence, the streak must reach log(2e-4 / group size) / log(r),
 //                  so that a healthy rank's chance of such a streak stays ~2e-4 / group
 //                  size per report (at most history reports);
+//   sequential     a one-sided CUSUM per (rank, compute stage) on the rank's place among
+//                  its group (sequential.h) finds a shift smaller than one report's noise:
+//                  at its alarm level h = log(cells tested / sequential_budget), with the
+//                  rank's median excess over the reports tracked since it reached h / 2
+//                  above the impact rule, the rank is confirmed; it stays so while the
+//                  statistic stays at h / 2 or more. A healthy job raises at most
+//                  sequential_budget false alarms per report, whatever the shape of its
+//                  jitter;
 //   window vote    a rank named by the window ensemble (detect::detect_window) whose median
 //                  ratio over its last `history` tracked reports stands window_sigmas
 //                  standard errors beyond 1 is confirmed too, and stays so while that
@@ -56,6 +64,7 @@
 #include "core/confirm/config.h"
 #include "core/confirm/reference.h"
 #include "core/confirm/result.h"
+#include "core/confirm/sequential.h"
 #include "core/confirm/wait_chain.h"
 #include "core/simd.h"
 #include "core/step_matrix.h"
@@ -90,12 +99,14 @@ class ConfirmTracker {
     std::int64_t since = 0;
     std::int32_t streak = 0, calm = 0, idle = 0, seen = 0;
     std::uint64_t strong_mask = 0, weak_mask = 0;
-    bool persistent = false, by_window = false;
+    bool persistent = false, by_window = false, by_sequential = false;
     std::vector<double> ratios;  // ring of the last history ratios (t / ref)
     std::int32_t ratios_n = 0;
     bool named = false;  // the window ensemble names it
     // This report.
     bool finite = false, strong = false, weak = false, window_ok = false, median_agrees = false;
+    bool accumulated = false;  // the sequential test's alarm, with an excess that matters
+    bool holding = false;      // the sequential statistic at half its alarm level or more
     double t = 0.0, ref = 0.0, ratio = 1.0, median = 1.0;
     double typical_ms = 0.0;  // the excess of the median ratio, ms (window path impact)
     std::int32_t votes = 0;
@@ -115,6 +126,7 @@ class ConfirmTracker {
   void references(const double* ms);
   void scan(const double* ms);
   void evaluate(Entry& e, const double* ms);
+  void accumulate(const double* ms);
   void trace_blame(const double* ms);
   static void add_waiting(Entry& culprit, std::int32_t rank);
   void window_impact();
@@ -168,6 +180,9 @@ class ConfirmTracker {
   std::vector<std::int32_t> spikes_;  // this report's count of them
   std::vector<double> hi_ms_, lo_ms_;  // scan's bands in ms: a cell outside may be an outlier
   std::unordered_map<std::int64_t, Entry> entries_;
+  SequentialEvidence sequential_;
+  std::vector<char> in_sample_;       // per rank: one of its group's reference rows
+  double sequential_h_ = 0.0;         // the alarm level (+inf: off)
   std::vector<Imbalance> imbalance_;  // per stage
   WindowEvidence window_;
   std::unordered_map<std::int32_t, std::size_t> window_rank_;  // rank -> index into window_.anomalies

@@ -78,6 +78,7 @@ ConfirmResult ConfirmTracker::update(const StepMatrix& matrix, const std::vector
   }
   references(ms);
   scan(ms);
+  accumulate(ms);
   for (std::int64_t key : outliers_) {
     const auto cell = key / 3;
     entry(static_cast<std::int32_t>(cell / static_cast<std::int64_t>(S)),
@@ -155,8 +156,10 @@ ConfirmResult ConfirmTracker::result(std::int64_t step, bool reset) const {
     f.since_step = e.since;
     f.persistent = e.persistent;
     f.by_window = e.by_window;
+    f.by_sequential = e.by_sequential;
+    const bool gradual = e.by_window || e.by_sequential;  // confirmed over reports, not one at a time
     const std::uint64_t agree = e.state == State::kRecovered ? ~e.strong_mask
-                                                             : (e.strong_mask | (e.by_window ? e.weak_mask : 0ULL));
+                                                             : (e.strong_mask | (gradual ? e.weak_mask : 0ULL));
     f.ratio = agreeing_ratio(e, agree);
     f.facts.reports_seen = e.seen;
     f.facts.reports_agreeing = bits(agree, e.seen);

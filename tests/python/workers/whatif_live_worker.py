@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from megatron_worker import TinyModel, megatron_on_cpu, megatron_step  # noqa: E402
 from step_times import StepClock  # noqa: E402
 
-STEPS = 7
+STEPS = 9
 MICROBATCHES = 6
 BASE_S = 0.02
 SLOW_S = 0.06

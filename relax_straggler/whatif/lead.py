@@ -1,0 +1,105 @@
+"""Which worker the live what-if names, and when: a lead that outlasts the job's own noise.
+
+One sampled step's replay always has a worker with the highest score min(S_dp, S_stage),
+and on a healthy job that worker changes from step to step while S itself moves by tenths
+(scheduling, the host). So a worker is named only when the evidence repeats:
+
+    spread     1.4826 x the median absolute deviation of S over the last `memory` healthy
+               reports (those without a lead beyond the spread: a slow worker's reports do
+               not widen it), at least `min_spread`; the spread of a report is taken from
+               the reports before it
+    lead       this report's leader (highest score) and its score minus the runner-up's
+    named      the same worker led, by more than the spread, in at least `confirm` of the
+               last `window` reports (this one included); nobody before `min_healthy`
+               healthy reports have given a spread
+
+A healthy job whose leader rotates among W workers names one only when a worker leads by
+more than the job's own spread of S in `confirm` of `window` reports; a worker whose ops
+cost the step more than that spread, report after report, is named `confirm` reports after
+it starts. The named worker's give-back (the share of the lost time that fixing it returns)
+is published with it and only then.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+_MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution x 1.4826 = its sigma
+
+
+@dataclass(frozen=True)
+class LeadConfig:
+    """Settings of the named worker (module docstring). Raises ValueError naming the field."""
+
+    memory: int = 16  # healthy reports the spread is taken over
+    min_healthy: int = 3  # healthy reports before anyone can be named
+    window: int = 4  # recent reports a lead is counted over
+    confirm: int = 3  # leads beyond the spread within the window to name a worker
+    min_spread: float = 0.01  # floor of the spread (S of a replay repeats to ~1e-4)
+
+    def __post_init__(self) -> None:
+        for name in ("memory", "min_healthy", "window", "confirm"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LeadConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.min_healthy < 2 or self.min_healthy > self.memory:
+            raise ValueError(f"LeadConfig.min_healthy must be in 2..memory ({self.memory}), got {self.min_healthy}")
+        if self.confirm > self.window:
+            raise ValueError(f"LeadConfig.confirm must be <= window ({self.window}), got {self.confirm}")
+        if not (math.isfinite(self.min_spread) and self.min_spread >= 0.0):
+            raise ValueError(f"LeadConfig.min_spread must be a finite number >= 0, got {self.min_spread!r}")
+
+
+@dataclass(frozen=True)
+class Lead:
+    """The answer for one report. typical / spread: median and sigma of S over the healthy
+    reports before it (NaN until there are two); leader / lead: this report's highest-scoring
+    worker (dp_rank, stage) and its score minus the runner-up's (0 with one worker);
+    named: the worker confirmed by the rule, or None."""
+
+    typical: float
+    spread: float
+    leader: tuple[int, int]
+    lead: float
+    named: Optional[tuple[int, int]]
+
+
+class WhatIfLead:
+    """Keeps the recent reports of one job (the metrics rank's report thread; not thread-safe)."""
+
+    def __init__(self, config: Optional[LeadConfig] = None) -> None:
+        self.config = config or LeadConfig()
+        self._healthy: collections.deque[float] = collections.deque(maxlen=self.config.memory)
+        self._leads: collections.deque[Optional[tuple[int, int]]] = collections.deque(maxlen=self.config.window)
+
+    def update(self, slowdown: float, scores: Mapping[tuple[int, int], float]) -> Lead:
+        """Judges one report. slowdown: its S (> 0, finite); scores: each worker's
+        min(S_dp, S_stage), at least one. Raises ValueError on a non-finite S or no scores."""
+        if not (math.isfinite(slowdown) and slowdown > 0.0):
+            raise ValueError(f"slowdown must be finite and > 0, got {slowdown!r}")
+        if not scores:
+            raise ValueError("scores must hold at least one worker")
+        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        leader, top = ranked[0]
+        lead = top - ranked[1][1] if len(ranked) > 1 else 0.0
+        typical, spread = self._typical()
+        learned = len(self._healthy) >= self.config.min_healthy
+        beyond = learned and lead > max(spread, self.config.min_spread)
+        self._leads.append(leader if beyond else None)
+        count = sum(1 for w in self._leads if w == leader)
+        named = leader if beyond and count >= self.config.confirm else None
+        if not beyond:
+            self._healthy.append(slowdown)
+        return Lead(typical=typical, spread=spread, leader=leader, lead=lead, named=named)
+
+    def _typical(self) -> tuple[float, float]:
+        if len(self._healthy) < 2:
+            return float("nan"), float("nan")
+        s = np.fromiter(self._healthy, dtype=np.float64)
+        median = float(np.median(s))
+        return median, _MAD_TO_SIGMA * float(np.median(np.abs(s - median)))
