@@ -10,11 +10,17 @@ The rule: each arrival adds 1 to a counter; the arrival that completes it writes
 "complete" into the meeting's state key; a rank whose wait ends first writes "abandoned"
 and its rank.
 The state is written once (compare-and-set), so every rank reads the same outcome.
+
+The meeting talks to the store through a client of its own whose every call gives up after
+a fraction of timeout_s: a store whose host rank has exited (at uninstall) costs that
+fraction, not the job's store timeout (minutes).
 """
 
 from __future__ import annotations
 
+import datetime
 import itertools
+import os
 import time
 from typing import Any, Optional
 
@@ -33,13 +39,14 @@ class JoinTimeout(RuntimeError):
 def meet(what: str, timeout_s: float, store: Optional[Any] = None) -> None:
     """Waits until every rank of the default group has called meet(what) as many times as
     this one, at most timeout_s seconds. what: the call named in the error ("install()").
-    store: the c10d store (default: torch.distributed's). Raises JoinTimeout naming `what`,
+    store: the c10d store (default: a client of torch.distributed's, see _client). Raises JoinTimeout naming `what`,
     the ranks that came and some that did not; returns at once without torch.distributed."""
     if not (dist.is_available() and dist.is_initialized()):
         return
-    store = store if store is not None else dist.distributed_c10d._get_default_store()
+    store = store if store is not None else _client(min(10.0, max(0.5, timeout_s / 4)))
     rank, world = dist.get_rank(), dist.get_world_size()
-    key = f"relax_straggler/meet/{what}/{next(_meetings.setdefault(what, itertools.count()))}"
+    run = f"{os.environ.get('TORCHELASTIC_RUN_ID') or 'local'}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    key = f"relax_straggler/meet/{run}/{what}/{next(_meetings.setdefault(what, itertools.count()))}"
     store.set(f"{key}/rank/{rank}", b"1")
     if store.add(f"{key}/count", 1) == world:
         store.compare_set(f"{key}/state", b"", _COMPLETE)
@@ -65,3 +72,17 @@ def meet(what: str, timeout_s: float, store: Optional[Any] = None) -> None:
     named = ", ".join(map(str, missing[:_SHOWN])) + (", ..." if len(missing) > _SHOWN else "")
     raise JoinTimeout(f"relax_straggler.{what} was called on {came} of {world} ranks within {timeout_s:g} s (rank "
                       f"{rank} waited), not on rank(s) {named}; {rule}")
+
+
+def _client(call_timeout_s: float) -> Any:
+    """A new client of the default group's TCPStore whose calls give up after
+    call_timeout_s, or the default store itself when it is not TCP (a file or hash store:
+    its calls are local)."""
+    store = dist.distributed_c10d._get_default_store()
+    base = store
+    while not isinstance(base, dist.TCPStore) and hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    if not isinstance(base, dist.TCPStore):
+        return store
+    return dist.TCPStore(base.host, base.port, is_master=False, wait_for_workers=False,
+                         timeout=datetime.timedelta(seconds=call_timeout_s))

@@ -164,3 +164,27 @@ def test_uninstall_on_one_rank_is_named_within_the_bound(tmp_path):
         alone["logged"]
     assert any("rank 0 stopped waiting" in line for line in late["logged"]), late["logged"]
     assert late["uninstall_s"] < 2 * JOIN_TIMEOUT_S + 1
+
+
+def fake_report(step: int, status: str, findings=()):
+    """What the verdict lines read of a report: step, metrics, verdict.status and findings."""
+    from types import SimpleNamespace
+
+    found = [SimpleNamespace(state=state, rank=rank, group=0, stage=stage, describe=lambda t=text: t)
+             for state, rank, stage, text in findings]
+    return SimpleNamespace(step=step, metrics={}, verdict=SimpleNamespace(status=status, findings=found))
+
+
+def test_the_verdict_changes_are_logged_once_each(caplog):
+    caplog.set_level(logging.INFO, logger="relax_straggler")
+    said = narrator.Narrator()
+    slow = [("straggler", 1, "forward", "rank 1 straggler in forward since step 20")]
+    for report in (fake_report(10, "healthy"), fake_report(20, "straggler", slow), fake_report(30, "straggler", slow),
+                   fake_report(40, "healthy")):
+        said(report)
+    assert relax_lines(caplog) == ["relax_straggler: step 20: rank 1 straggler in forward since step 20",
+                                   "relax_straggler: step 40: healthy: no rank is slow beyond its group's noise"]
+    caplog.clear()
+    quiet_console_on = narrator.Narrator(transitions=False)  # --straggler-console prints them instead
+    quiet_console_on(fake_report(20, "straggler", slow))
+    assert relax_lines(caplog) == []
