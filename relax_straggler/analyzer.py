@@ -338,7 +338,10 @@ class Analyzer:
         distributed: every rank calls it; a rank gone or stopped costs at most the bound.
         Past the bound, the reports not yet delivered are dropped (one warning says how
         many) and no sink is called after this returns. Never raises for a peer's fault or
-        a sink's (a full disk under the JSONL file is one warning); a second call does nothing."""
+        a sink's (a full disk under the JSONL file is one warning); a second call does nothing.
+        It first waits, at most min(config.join_timeout_s, timeout_s / 2), for every rank to
+        reach uninstall(); a rank missing is logged as an error naming uninstall() and the
+        missing ranks. On the metrics rank it then logs the run's summary (unless config.quiet)."""
         if self._uninstalled:
             return
         self._uninstalled = True
