@@ -18,7 +18,7 @@ from relax_straggler.cli import COMMANDS, build_parser, main
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 TRACE = REPO / "tests" / "data" / "whatif-traces" / "trace-ST.parquet"
-PRINTS_A_RESULT = ("analyze", "whatif", "ingest", "replay", "parity")  # patch logs, monitor serves
+PRINTS_A_RESULT = ("analyze", "whatif", "ingest", "replay", "parity", "patch")  # monitor serves over HTTP
 RUNS_FOR_SECONDS = ("analyze", "whatif", "ingest", "replay")
 
 
@@ -145,3 +145,14 @@ def test_ingest_input_format_and_its_old_spelling(tmp_path, capsys):
     assert code == 0, err
     assert "--format megatron-log for the input format is deprecated: use --input-format megatron-log" in err
     assert out.startswith("wrote ")
+
+
+def test_patch_check_gives_its_result_as_json(tmp_path, capsys):
+    import shutil
+
+    shutil.copytree(FIXTURES / "patch_hosts" / "relax", tmp_path, dirs_exist_ok=True)
+    code, out, err = run(capsys, "patch", "relax", str(tmp_path), "--check", "--format", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["mode"] == "check" and result["exit_status"] == 0
+    assert result["patches"] and {p["state"] for p in result["patches"]} == {"applies"}
