@@ -158,10 +158,7 @@ def write_summary(args: argparse.Namespace, analyzer, losses: list[float], step_
         summary["verdict"] = {"headline": run_summary.headline(), "statuses": dict(run_summary.statuses),
                               "confirmed": [c.__dict__ for c in confirmed]}
         summary["flags"] = [f.__dict__ for f in run_summary.flags()]  # the per-step RFC flags, not findings
-        summary["bottlenecks"] = run_summary.bottlenecks()
-        log.info("summary: %s", run_summary.headline())
-        for c in confirmed[1:4]:
-            log.info("         also %s", c)
+        summary["bottlenecks"] = run_summary.bottlenecks()  # uninstall() logged the summary lines
     log.info("loss %.3f -> %.3f, median step %.1f ms", summary["loss_first"], summary["loss_last"],
              summary["median_step_ms"])
     with open(os.path.join(args.output, "summary.json"), "w") as fh:

@@ -20,6 +20,7 @@ _EXPORTS = {
     "Analyzer": "relax_straggler.analyzer",
     "NullAnalyzer": "relax_straggler.analyzer",
     "install": "relax_straggler.analyzer",
+    "JoinTimeout": "relax_straggler.join",
     "section": "relax_straggler.analyzer",
     "StragglerConfig": "relax_straggler.config",
     "add_arguments": "relax_straggler.config",

@@ -38,12 +38,14 @@ from relax_straggler.gc_pauses import GcPauses
 from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
 from relax_straggler.stages import STAGES, stage_id
 from relax_straggler.hooks import TrainingHooks
+from relax_straggler.join import JoinTimeout, meet
 from relax_straggler.kernel_evidence import KernelSource, open_source
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, all_stages, build_report, kernel_all_stages
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
+from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
 from relax_straggler.side_failure import SideFailure
 from relax_straggler.works import reason
@@ -141,6 +143,7 @@ class Analyzer:
 
         self._collectives: Optional[CollectiveLayer] = None
         if dist.is_available() and dist.is_initialized():
+            meet("install()", config.join_timeout_s)  # the side group below would wait for a missing rank for 30 min
             ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
             self._gather: Union[SideGroupGather, LocalGather] = SideGroupGather(ranks, config.metrics_rank)
             if config.collective_timing:
@@ -179,6 +182,8 @@ class Analyzer:
         self._pipeline: Optional[ReportPipeline] = None
         self._closables: list[Any] = []
         self._store_sink: Any = None
+        self._narrator: Optional[Narrator] = None
+        self._alone = False  # uninstall() was not called on every rank in time: nothing waits for the side group
         if self._gather.is_metrics_rank:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))  # torchrun numbers ranks node by node
             self._rank_to_node = [r // local for r in range(self._gather.world_size)] if local > 0 else None
@@ -202,6 +207,9 @@ class Analyzer:
                 self._closables.append(self._store_sink)
             if config.console:
                 sinks.append(ConsoleSink(verbose=config.console_verbose))
+            if not config.quiet:
+                self._narrator = Narrator(transitions=not config.console)  # the console says the changes already
+                sinks.append(self._narrator)
             # Given up at shutdown, the report thread stops waiting for a peer's row.
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size, release=self._gather.abandon)
         if config.hang_seconds > 0 and isinstance(self._gather, SideGroupGather) and self._gather.rank >= 0:
@@ -217,6 +225,10 @@ class Analyzer:
         self._module_hooks = (ModuleStageHooks(self._timer, models, patterns=config.module_patterns())
                               if config.enable_module_stages else None)
         self._gc.install()  # last: a constructor that failed leaves no callback behind
+        if self._narrator is not None:
+            show_by_default()
+            self._narrator.started(self._gather.world_size, config.metrics_rank, config.interval, config.warmup_steps,
+                                   _outputs(config, report_fn))
         self._begin_step(self._step)
 
     # public API ------------------------------------------------------------------------
@@ -329,13 +341,17 @@ class Analyzer:
         distributed: every rank calls it; a rank gone or stopped costs at most the bound.
         Past the bound, the reports not yet delivered are dropped (one warning says how
         many) and no sink is called after this returns. Never raises for a peer's fault or
-        a sink's (a full disk under the JSONL file is one warning); a second call does nothing."""
+        a sink's (a full disk under the JSONL file is one warning); a second call does nothing.
+        It first waits, at most min(config.join_timeout_s, timeout_s / 2), for every rank to
+        reach uninstall(); a rank missing is logged as an error naming uninstall() and the
+        missing ranks. On the metrics rank it then logs the run's summary (unless config.quiet)."""
         if self._uninstalled:
             return
         self._uninstalled = True
         deadline = time.monotonic() + timeout_s
         if self._publish_failures > 1:
             log.warning("relax_straggler: %d sampled steps could not be published", self._publish_failures)
+        self._meet_at_uninstall(min(self.config.join_timeout_s, timeout_s / 2))
         try:
             if self._hang is not None:
                 self._hang.stop(timeout_s=min(1.0, timeout_s / 5))
@@ -362,11 +378,28 @@ class Analyzer:
                         c.close()
                 except Exception:  # a sink's failure is its own: the others close, uninstall returns
                     log.warning("relax_straggler: closing report sink %r failed; shutdown goes on", c, exc_info=True)
+            if self._narrator is not None:
+                self._narrator.finished(self._summary)
         finally:
             if self in _ACTIVE:
                 _ACTIVE.remove(self)
 
     # internals -------------------------------------------------------------------------
+    def _meet_at_uninstall(self, timeout_s: float) -> None:
+        """Waits up to timeout_s for every rank to reach uninstall() (none once the analysis
+        stopped: a peer is gone). A rank missing is logged as an error naming uninstall(),
+        and the side group is then released without waiting for it; never raises."""
+        if not isinstance(self._gather, SideGroupGather) or self._stopped is not None:
+            return
+        try:
+            meet("uninstall()", timeout_s)
+        except JoinTimeout as exc:
+            self._alone = True
+            log.error("%s; the analysis ends here without waiting for them", exc)
+        except Exception as exc:  # the job's store is gone (its host rank exited): nothing to wait for
+            self._alone = True
+            log.warning("relax_straggler: uninstall() could not check that every rank called it: %s", reason(exc))
+
     def _lockstep_step(self) -> None:
         """At a decision step: notes what the side group's gathers say, applies the decision
         due (every rank alike) and launches the next one."""
@@ -429,7 +462,7 @@ class Analyzer:
         a failure there (a peer gone) is logged once, never raised. No wait once the
         analysis stopped (the group is broken)."""
         def left() -> float:
-            return 0.0 if self._stopped is not None else max(deadline - time.monotonic(), 0.0)
+            return 0.0 if self._stopped is not None or self._alone else max(deadline - time.monotonic(), 0.0)
 
         clean = self._lockstep.close(left()) if isinstance(self._lockstep, LockstepChannel) else True
         try:
@@ -529,6 +562,30 @@ def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[l
                         publish=HangPublisher(sinks, config), inside=analyzer.inside).start()
 
 
+def _outputs(config: StragglerConfig, report_fn: Optional[Callable[..., None]]) -> list[str]:
+    """Where the metrics rank sends reports, in words, for the start-up line."""
+    out = ["report_fn"] if report_fn is not None else []
+    if config.jsonl_path:
+        out.append(config.jsonl_path)
+    if config.store_url:
+        from relax_straggler.stores.url import redact
+
+        out.append(redact(config.store_url))
+    if config.console:
+        out.append("the console")
+    return out
+
+
+def _configured_outputs(config: StragglerConfig, report_fn: Optional[Callable[..., None]]) -> list[str]:
+    """The outputs and analysis options set in a config whose analysis is off, as flags."""
+    named = [flag for flag, on in (("--straggler-jsonl", config.jsonl_path), ("--straggler-store", config.store_url),
+                                   ("--straggler-console", config.console),
+                                   ("--straggler-console-verbose", config.console_verbose),
+                                   ("--straggler-control-file", config.control_file),
+                                   ("--straggler-kernel-stats", config.kernel_stats)) if on]
+    return named + (["report_fn"] if report_fn is not None else [])
+
+
 def _use_cuda(config: StragglerConfig, models: list[torch.nn.Module]) -> bool:
     if config.device_events == "cpu":
         return False
@@ -554,7 +611,9 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     analyzer.step() once per step yourself. config: None means enabled with defaults;
     a config with enabled=False returns a NullAnalyzer and registers nothing.
     report_fn(metrics: dict, step: int): called on the metrics rank, off the training
-    thread, once per sampled step. group: the process group whose ranks are compared
+    thread, once per sampled step, with the report's numbers (int and float values); a
+    report_fn with a `details` parameter also gets the strings and lists (status, cause,
+    hints, rank lists) as details=dict (relax_straggler.reporters.callback). group: the process group whose ranks are compared
     (default: the world), the same group on every process. Collective when
     torch.distributed is initialized: every rank of the default group calls install() at
     the same point. comparison_group: this rank's group id (0 <= id < 2**31) when ranks
@@ -567,7 +626,14 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     training loop's own number of a sampled step, given the analyzer's count of steps
     since install (called on the report thread of the metrics rank): every sink, the
     verdict's since_step and the summary then use it; default: that count.
-    Raises ValueError for a bad config or comparison_group, or a kernel_source without
+    On the metrics rank it logs, through the `relax_straggler` logger (INFO; visible on
+    stderr when the process configured no logging), one start-up line, the confirmed
+    verdict's changes and the run's summary at uninstall(), unless config.quiet. A config
+    with enabled=False but outputs set (jsonl_path, store_url, console, ...) or a report_fn
+    logs one warning that nothing will be written.
+    Raises JoinTimeout (a RuntimeError naming install() and the missing ranks) when not
+    every rank of the default group calls install() within config.join_timeout_s seconds,
+    ValueError for a bad config or comparison_group, or a kernel_source without
     config.kernel_stats, TypeError for an optimizer
     without step hooks, ImportError (with build instructions) when an extension is not
     built.
@@ -577,6 +643,10 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     if kernel_source is not None and not config.kernel_stats:
         raise ValueError("install: kernel_source is given but config.kernel_stats (--straggler-kernel-stats) is off")
     if not config.enabled:
+        configured = _configured_outputs(config, report_fn)
+        if configured and (not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0):
+            log.warning("relax_straggler: %s given but the analysis is off, so nothing is measured or written: add "
+                        "--straggler-analysis (StragglerConfig(enabled=True, ...))", ", ".join(configured))
         return NullAnalyzer()
     if _ACTIVE:
         log.warning("relax_straggler: another analyzer is already installed in this process; both will time "

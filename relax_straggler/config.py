@@ -46,6 +46,8 @@ class StragglerConfig:
               "clickhouse://HOST:PORT/DB, optionally ?job=ID (default job: the launcher's run id).", name="store")
     console: bool = flag_field(False, "Print verdict changes and confirmed stragglers on the metrics rank.",
                                action="store_true")
+    quiet: bool = flag_field(False, "No start-up line, verdict changes or end-of-run summary through the "
+                                    "relax_straggler logger on the metrics rank.", action="store_true")
     console_verbose: bool = flag_field(False, "With --straggler-console, also print the per-step table of every "
                                               "report.", action="store_true")
     confirm_reports: int = flag_field(3, "Sampled reports in a row a rank must be slow in before it is confirmed a "
@@ -76,6 +78,9 @@ class StragglerConfig:
     hang_seconds: float = flag_field(
         60.0, "Seconds without a step ending, after the first, before each rank publishes how far each of its "
               "process groups got and the job is told which rank and collective hold it (0: no watchdog).")
+    join_timeout_s: float = flag_field(
+        60.0, "Seconds install() and uninstall() wait for every rank to call them before install() raises "
+              "naming the missing ranks (uninstall() logs them).", name="join-timeout")
     window_every: int = flag_field(
         10, "Run the six-clusterer window ensemble every N reports, a witness of the confirmed verdict (0: off).")
     window_size: int = flag_field(50, "Reports in the window.")
@@ -129,6 +134,8 @@ class StragglerConfig:
             raise bad("control-file", "must be a file path", self.control_file)
         if not _is_finite(self.hang_seconds) or self.hang_seconds < 0:
             raise bad("hang-seconds", "must be a finite number >= 0", self.hang_seconds)
+        if not _is_finite(self.join_timeout_s) or self.join_timeout_s <= 0:
+            raise bad("join-timeout", "must be a finite number > 0", self.join_timeout_s)
         if not _is_int(self.window_every) or self.window_every < 0:
             raise bad("window-every", "must be an integer >= 0", self.window_every)
         if not _is_int(self.window_size) or self.window_size < 2:

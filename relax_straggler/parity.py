@@ -43,8 +43,8 @@ log = logging.getLogger(__name__)
 
 AnyAnalyzer = Union[Analyzer, NullAnalyzer]
 
-#: Exit codes of `ParityResult.exit_code` (and of `relax-straggler parity`).
-EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_NONDETERMINISTIC = 0, 1, 2
+#: Exit codes of `ParityResult.exit_code` (and of `relax-straggler parity`; 2 is bad usage there).
+EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_NONDETERMINISTIC = 0, 1, 3
 
 DEFAULT_FACTORY_NAME = "parity_training"
 
@@ -126,7 +126,7 @@ class ParityResult:
 
     @property
     def exit_code(self) -> int:
-        """0 identical, 1 a run with the analyzer differs, 2 the baseline is not deterministic."""
+        """0 identical, 1 a run with the analyzer differs, 3 the baseline is not deterministic."""
         if not self.deterministic:
             return EXIT_NONDETERMINISTIC
         return EXIT_IDENTICAL if self.passed else EXIT_DIFFERENT

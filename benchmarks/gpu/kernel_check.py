@@ -212,7 +212,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     reports: list[dict[str, Any]] = []
     with mock.patch.object(analyzer_module, "open_source", open_recording):
         analyzer = relax_straggler.install(model, optimizer, config=config,
-                                           report_fn=lambda m, s: reports.append(dict(m, step=s)))
+                                           report_fn=lambda m, s, details: reports.append(dict(m, **details, step=s)))
     contender = KernelContender(device, args.contend_size) if rank == CONTEND_RANK else None
     step_ms: list[float] = []
     try:

@@ -15,19 +15,28 @@ COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser with every subcommand, or only `only` (one of COMMANDS): a command then
-    imports no other subcommand's modules."""
-    parser = argparse.ArgumentParser(prog="relax-straggler", description="Straggler detection for distributed training.")
+    imports no other subcommand's modules. Every parser follows cli/common.py's conventions."""
+    from relax_straggler import __version__
+    from relax_straggler.cli.common import PROG, Parser
+
+    parser = Parser(prog=PROG, description="Straggler detection for distributed training. Exit status: 0 ok, "
+                                           "1 a finding or an error in the data, 2 bad usage (docs/USAGE.md).")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name in (only,) if only in COMMANDS else COMMANDS:
         importlib.import_module(f"relax_straggler.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    from relax_straggler.cli.common import LogFormatter
+
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv else None).parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    handler = logging.StreamHandler()  # stderr: stdout carries the result (--format json)
+    handler.setFormatter(LogFormatter("%(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     return int(args.run(args) or 0)
 
 

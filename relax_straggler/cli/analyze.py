@@ -2,7 +2,8 @@
 answer from PyTorch Flight Recorder dumps (cli/flight_recorder.py).
 
 Exit status: 0 the analysis ran (whatever it found); 1 the input cannot be analyzed (the
-message names the file and line or row), or --strict met a problem; 2 bad arguments.
+message names the file and line or row; a store URL's job that does not exist), or --strict
+met a problem; 2 bad arguments (an HTTP address or a malformed store URL included).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import argparse
 import sys
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.cli.inputs import (FLIGHT_RECORDER, FORMATS, add_input_arguments, read_reporting_errors,
-                                       topology_from_args)
+from relax_straggler.cli.common import add_output_arguments, add_progress_argument, error
+from relax_straggler.cli.inputs import (FLIGHT_RECORDER, FORMATS, add_input_arguments, input_path_error,
+                                       read_reporting_errors, topology_from_args)
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args
 
 __all__ = ["FORMATS", "register", "run"]
@@ -22,17 +24,16 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "analyze", help="Analyze a recorded run or trace offline.",
         description="Find straggler ranks in straggler.jsonl, Megatron timer logs, Chrome traces or per-op parquet "
-                    "traces, or the rank that holds a hung job in PyTorch Flight Recorder dumps. See docs/ANALYZE.md.")
-    p.add_argument("path", help="input file, clickhouse://HOST:PORT/DB?job=ID[&first=N&last=M], or a directory or "
-                                "glob of Flight Recorder dumps (nccl_trace_rank_<rank>)")
+                    "traces, in a job of a metrics store (file://DIR?job=ID, clickhouse://HOST:PORT/DB?job=ID), "
+                    "or the rank that holds a hung job in PyTorch Flight Recorder dumps. See docs/ANALYZE.md.")
+    p.add_argument("path", help="input file; a metrics store's job, file://DIR?job=ID or "
+                                "clickhouse://HOST:PORT/DB?job=ID (optionally &first=N&last=M iterations); or a "
+                                "directory or glob of Flight Recorder dumps (nccl_trace_rank_<rank>)")
     add_input_arguments(p, FORMATS + (FLIGHT_RECORDER,))
-    out = p.add_argument_group("output")
-    out.add_argument("--format", choices=("text", "json"), default="text",
-                     help="text: terminal report; json: the JSON summary only, on stdout")
-    out.add_argument("--json", dest="json_path", default=None, help="also write the JSON summary to this file")
+    out = add_output_arguments(p, text="terminal report", json_what="the JSON summary")
     out.add_argument("--heatmap", default=None, metavar="PNG",
                      help="write each rank's compute slowdown over time (rank x step heatmap) to this PNG file")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_progress_argument(out)
     out.add_argument("--no-whatif", action="store_true",
                      help="skip the what-if replay of per-op traces (the summary's \"whatif\" figures)")
     th = p.add_argument_group("thresholds (AnalyzeConfig)")
@@ -43,6 +44,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from relax_straggler.hang.fr_dumps import is_flight_recorder_input
 
+    code = input_path_error(args.path)
+    if code is not None:
+        return code
     if args.input_format == FLIGHT_RECORDER or (args.input_format is None and is_flight_recorder_input(args.path)):
         from relax_straggler.cli.flight_recorder import run_flight_recorder
 
@@ -90,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
 
             write_heatmap(timeline.grid(), summary["input"]["path"], args.heatmap)
     except OSError as exc:
-        err.print(f"[red]error:[/] cannot write {exc.filename}: {exc.strerror}", highlight=False, soft_wrap=True)
-        return 1
+        return error(f"cannot write {exc.filename}: {exc.strerror}")
     if args.heatmap and timeline is None:
         err.print("note: no heatmap: the input has no per-rank times (min/max only)", highlight=False, soft_wrap=True)
     if args.format == "json":

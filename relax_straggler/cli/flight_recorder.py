@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from relax_straggler.cli.common import error
 from relax_straggler.cli.inputs import read_reporting_errors, topology_from_args
 
 
@@ -37,8 +38,7 @@ def run_flight_recorder(args: argparse.Namespace) -> int:
             with open(args.json_path, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
         except OSError as exc:
-            err.print(f"[red]error:[/] cannot write {exc.filename}: {exc.strerror}", highlight=False, soft_wrap=True)
-            return 1
+            return error(f"cannot write {exc.filename}: {exc.strerror}")
     if args.heatmap:
         err.print("note: no heatmap: Flight Recorder dumps hold no per-stage times", highlight=False, soft_wrap=True)
     ignored = options_not_applying(args)

@@ -3,15 +3,16 @@ store as megatron_metrics rows (relax_straggler/monitor/ingest.py), for the moni
 `relax-straggler analyze clickhouse://...`.
 
 Exit status: 0 every input was loaded (problems, if any, are listed); 1 an input or the
-store cannot be used, or --strict met a problem; 2 bad arguments.
+store cannot be used, or --strict met a problem; 2 bad arguments (a malformed store URL or
+job id included).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from relax_straggler.cli.analyze import FORMATS
+from relax_straggler.cli.common import EXIT_USAGE, add_output_arguments, add_progress_argument, emit, error, note
+from relax_straggler.cli.inputs import FORMATS
 
 SHOWN_PROBLEMS = 20
 
@@ -24,15 +25,17 @@ def register(subparsers) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files, written in this order")
     p.add_argument("--store", required=True, metavar="URL", help="file://DIR or clickhouse://HOST:PORT/DB")
     p.add_argument("--job", required=True, help="job id to write the rows under")
-    p.add_argument("--format", dest="input_format", choices=FORMATS, default=None,
-                   help="input format (default: detected per file)")
+    p.add_argument("--input-format", choices=FORMATS, default=None, help="input format (default: detected per file)")
     p.add_argument("--strict", action="store_true", help="stop at the first malformed record instead of skipping it")
     p.add_argument("--append", action="store_true", help="allow a job that already has rows in the store")
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
                    help="ranks per node: rows name node-<rank // N> (default: the input's layout, else 8)")
     p.add_argument("--cluster", default="", help="cluster name written in each row")
     p.add_argument("--batch-rows", type=int, default=100_000, metavar="N", help="rows per store write")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # --format FORMAT once chose the input format: still understood, with a deprecation note.
+    out = add_output_arguments(p, text="one line per input and the total", json_what="the counts written",
+                               legacy=FORMATS)
+    add_progress_argument(out)
     p.set_defaults(run=run)
 
 
@@ -49,9 +52,11 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
 
     def fail(message: str, code: int = 1) -> int:
-        err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
-        return code
+        return error(message, code)
 
+    if args.format in FORMATS:
+        note(f"warning: --format {args.format} for the input format is deprecated: use --input-format {args.format}")
+        args.input_format, args.format = args.input_format or args.format, "text"
     try:
         check_job_id(args.job)
     except ValueError as exc:
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         store = open_store(args.store)
     except (ValueError, StoreError) as exc:
-        return fail(str(exc), 2 if isinstance(exc, ValueError) else 1)
+        return fail(str(exc), EXIT_USAGE if isinstance(exc, ValueError) else 1)
     stats = IngestStats()
     problems = []
     try:
@@ -110,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
             for kind, n in p.counts.items():
                 kinds[kind] = kinds.get(kind, 0) + n
         err.print("problems: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())), highlight=False)
-    sys.stdout.write(f"wrote {stats.rows} rows ({stats.steps} steps) of job {args.job} to {redact(args.store)} in "
-                     f"{stats.seconds:.2f} s ({stats.rows_per_s:,.0f} rows/s); {total} problems\n")
-    return 0
+    result = {"job": args.job, "store": redact(args.store), "inputs": list(args.inputs), "rows": stats.rows,
+              "steps": stats.steps, "seconds": stats.seconds, "problems": total}
+    return emit(args, result, lambda: print(f"wrote {stats.rows} rows ({stats.steps} steps) of job {args.job} to "
+                                            f"{redact(args.store)} in {stats.seconds:.2f} s "
+                                            f"({stats.rows_per_s:,.0f} rows/s); {total} problems"))

@@ -5,7 +5,10 @@ and row of each skipped record."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any, Callable, Optional, TypeVar
+
+from relax_straggler.cli.common import EXIT_DATA, EXIT_USAGE, error
 
 T = TypeVar("T")
 
@@ -40,15 +43,52 @@ def read_reporting_errors(err: Any, path: str, read: Callable[[], T]) -> tuple[O
     try:
         return None, read()
     except InputError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 1, None
+        return error(str(exc), EXIT_DATA), None
     except OSError as exc:
-        err.print(f"[red]error:[/] cannot read {exc.filename or path}: {exc.strerror or exc}", highlight=False,
-                  soft_wrap=True)
-        return 1, None
+        return error(f"cannot read {exc.filename or path}: {exc.strerror or exc}", EXIT_DATA), None
     except ValueError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        return 2, None
+        return error(str(exc), EXIT_USAGE), None
+
+
+_SHOWN_JOBS = 10
+
+
+def input_path_error(path: str) -> Optional[int]:
+    """The exit code, after printing the error, for an input that is wrong before anything
+    is read: an HTTP address (with the hint of what to give instead), a malformed store
+    URL (both usage, 2) or a store URL whose job the store does not hold (1, listing some
+    of its jobs). None otherwise (also when the store cannot be opened: reading says why)."""
+    if re.match(r"https?://", path, re.IGNORECASE):
+        return error(f"{path} is an HTTP address, not an input: to analyze a job the monitor watches, give its "
+                     "metrics store and job, 'file://DIR?job=ID' or 'clickhouse://HOST:PORT/DB?job=ID'; the "
+                     f"monitor's own answer for the job is at GET {path} (e.g. curl {path})", EXIT_USAGE)
+    if not path.startswith(("clickhouse://", "file://")):
+        return None
+    from relax_straggler.readers import InputError
+    from relax_straggler.readers.store_input import parse_input_url
+    from relax_straggler.stores.base import StoreError
+    from relax_straggler.stores.opener import open_store
+    from relax_straggler.stores.url import redact
+
+    try:
+        store_url, job, _, _ = parse_input_url(path)
+    except InputError as exc:
+        return error(str(exc), EXIT_USAGE)
+    try:
+        store = open_store(store_url, create=False)
+    except (ValueError, StoreError):
+        return None
+    try:
+        jobs = sorted(store.jobs())
+    except StoreError:
+        return None
+    finally:
+        store.close()
+    if job in jobs:
+        return None
+    listed = ", ".join(jobs[:_SHOWN_JOBS]) + (f", ... ({len(jobs)} in all)" if len(jobs) > _SHOWN_JOBS else "")
+    return error(f"no such job {job!r} in {redact(store_url)}; " +
+                 (f"its jobs: {listed}" if jobs else "it holds no job"), EXIT_DATA)
 
 
 def topology_from_args(args: argparse.Namespace):

@@ -6,8 +6,10 @@
 
 Runs the training with the analyzer off, off again (control) and on at each
 --intervals value, compares every step's loss and the final parameters and optimizer
-state bit for bit, prints a verdict table and exits 0 (identical), 1 (a run with the
-analyzer differs) or 2 (the baseline is not deterministic, so nothing can be concluded).
+state bit for bit, prints a verdict table (or, with --format json, the result) and exits 0
+(identical), 1 (a run with the analyzer differs), 2 (bad arguments, or a script, device
+or option that cannot run) or 3 (the baseline is not deterministic, so nothing can be
+concluded).
 
 With --nproc N > 1 and no torchrun around it, the command starts itself under
 `torch.distributed.run --standalone` with N ranks (Gloo); rank 0 prints the table.
@@ -45,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="Deterministic algorithms where torch has them (needed on CUDA; sets "
                         "CUBLAS_WORKSPACE_CONFIG).")
     p.add_argument("--json", type=str, default=None, metavar="PATH", help="Also write the result as JSON.")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="What stdout gets: text (the verdict table) or json (the result); default text.")
     demo = p.add_argument_group("demo model (without --script; defaults: the demo's)")
     demo.add_argument("--layers", type=int, default=4)
     demo.add_argument("--d-model", type=int, default=128)
@@ -78,6 +82,8 @@ def _forwarded_argv(args: argparse.Namespace) -> list[str]:
         argv.append("--deterministic")
     if args.json:
         argv += ["--json", str(Path(args.json).resolve())]
+    if args.format != "text":
+        argv += ["--format", args.format]
     if getattr(args, "verbose", False):
         argv.append("--verbose")
     return argv
@@ -102,9 +108,11 @@ def _launch(args: argparse.Namespace) -> int:
         if not result_json.exists():
             return code or 1
         verdict = json.loads(result_json.read_text())
+    from relax_straggler import parity
+
     if not verdict["deterministic"]:
-        return 2
-    return 0 if verdict["passed"] else 1
+        return parity.EXIT_NONDETERMINISTIC
+    return parity.EXIT_IDENTICAL if verdict["passed"] else parity.EXIT_DIFFERENT
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,7 +164,10 @@ def run(args: argparse.Namespace) -> int:
             gc.collect()  # DDP's reference cycles, while Gloo threads can still take the GIL
             dist.destroy_process_group()
     if rank == 0:
-        _print(result)
+        if args.format == "json":
+            print(json.dumps(result.to_dict(), indent=2))
+        else:
+            _print(result)
         if args.json:
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.json).write_text(json.dumps(result.to_dict(), indent=2))
@@ -201,7 +212,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
     add_arguments(p)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s")
+    from relax_straggler.cli.common import LogFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(LogFormatter("%(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     return run(args)
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from relax_straggler.cli.common import add_output_arguments, emit
 from relax_straggler.cli.patch_verify import verify_file
 
 log = logging.getLogger(__name__)
@@ -219,6 +220,19 @@ def status(tool: Tool, patch: Path) -> PatchStatus:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command: logs what it does; with --format json / --json PATH also the result
+    (target, path, mode, release, each patch's state, exit_status) as JSON."""
+    result: dict = {"target": args.target, "path": args.path,
+                    "mode": "check" if args.check else "revert" if args.revert else "apply", "release": "",
+                    "patches": []}
+    code = _run(args, result)
+    if args.format == "json" or args.json_path:
+        result["exit_status"] = code
+        code = emit(args, result, lambda: None) or code
+    return code
+
+
+def _run(args: argparse.Namespace, result: dict) -> int:
     root = Path(args.path)
     if not root.is_dir():
         log.error("%s is not a directory", root)
@@ -233,12 +247,15 @@ def run(args: argparse.Namespace) -> int:
         log.error("%s", exc)
         return 1
     release, unserved = TARGET_RELEASES.get(args.target, lambda _: ("", []))(root)
+    result["release"] = release
     if unserved and not args.revert:  # taking patches out is always allowed
         for problem in unserved:
             log.error("  %s", problem)
         log.error("%s: the patches cannot serve %s at %s (see above); nothing changed", args.target, release, root)
         return 1
     statuses = [status(tool, f) for f in files]
+    result["patches"] = [{"patch": s.path.name, "state": s.state.value, "upstream": s.upstream, "detail": s.detail}
+                         for s in statuses]
     for s in statuses:
         log.info("%-40s %s%s", s.path.name, s.state.value, f" (upstream {s.upstream})" if s.upstream else "")
         if s.detail:  # why a patch does not apply: as loud as the verdict it leads to
@@ -296,4 +313,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode.add_argument("--revert", action="store_true", help="Take the applied patches out again.")
     p.add_argument("--patches-dir", default=str(PATCHES_DIR),
                    help="Folder holding the patch folders (default: this checkout's patches/).")
+    add_output_arguments(p, text="the log of what it did, on stderr; nothing on stdout",
+                         json_what="the result: each patch's state and the exit status")
     p.set_defaults(run=run)

@@ -1,15 +1,15 @@
 """`relax-straggler replay`: writes a recorded or synthetic job into a metrics store under a
 new job id at a chosen speed (relax_straggler/monitor/replay.py).
 
-Exit status: 0 replayed; 1 the input or the store cannot be used; 2 bad arguments.
+Exit status: 0 replayed; 1 the input or the store cannot be used; 2 bad arguments (a
+malformed --synthetic, --inject-delay, store URL or job id included).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 
-log = logging.getLogger(__name__)
+from relax_straggler.cli.common import EXIT_DATA, EXIT_USAGE, add_output_arguments, add_progress_argument, emit, error
 
 
 def register(subparsers) -> None:
@@ -29,35 +29,48 @@ def register(subparsers) -> None:
     p.add_argument("--ranks-per-node", type=int, default=8, metavar="N",
                    help="ranks per node: rows name node-<rank // N> (default 8)")
     p.add_argument("--cluster", default="", help="cluster name written in each row")
+    out = add_output_arguments(p, text="one line", json_what="the counts written")
+    add_progress_argument(out)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from relax_straggler.cli.common import progress
     from relax_straggler.monitor.replay import Injection, Synthetic, recorded_steps, replay
     from relax_straggler.stores.opener import open_store
     from relax_straggler.stores.base import StoreError, check_job_id
+    from relax_straggler.stores.url import redact
     from relax_straggler.readers import InputError
 
     if (args.input is None) == (args.synthetic is None):
-        log.error("replay: give either INPUT or --synthetic SPEC")
-        return 2
+        return error("replay: give either INPUT or --synthetic SPEC", EXIT_USAGE)
     try:
         check_job_id(args.job)
-    except ValueError as exc:
-        log.error("replay: %s", exc)
-        return 2
-    try:
         injections = [Injection.parse(text) for text in args.inject_delay]
-        steps = Synthetic.parse(args.synthetic).steps() if args.synthetic else recorded_steps(args.input)
+        synthetic = Synthetic.parse(args.synthetic) if args.synthetic else None
         store = open_store(args.store)
-        try:
-            stats = replay(steps, store, args.job, speed=args.speed, injections=injections,
+    except ValueError as exc:
+        return error(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        return error(str(exc), EXIT_DATA)
+    try:
+        with progress(args, f"replaying job {args.job}", total=synthetic.iterations if synthetic else None) as update:
+            def counted(steps):
+                for i, step in enumerate(steps, 1):
+                    yield step
+                    update(completed=i)
+
+            steps = synthetic.steps() if synthetic else recorded_steps(args.input)
+            stats = replay(counted(steps), store, args.job, speed=args.speed, injections=injections,
                            ranks_per_node=args.ranks_per_node, cluster=args.cluster)
-        finally:
-            store.close()
-    except (ValueError, InputError, StoreError) as exc:
-        log.error("%s", exc)
-        return 1
-    log.info("replayed %d iterations (%d rows) of job %s into %s in %.1f s; %d skipped (in the store already)",
-             stats.iterations, stats.rows, args.job, args.store, stats.seconds, stats.skipped)
-    return 0
+    except ValueError as exc:
+        return error(str(exc), EXIT_USAGE)
+    except (InputError, StoreError) as exc:
+        return error(str(exc), EXIT_DATA)
+    finally:
+        store.close()
+    result = {"job": args.job, "store": redact(args.store), "iterations": stats.iterations, "rows": stats.rows,
+              "skipped": stats.skipped, "seconds": stats.seconds}
+    return emit(args, result, lambda: print(
+        f"replayed {stats.iterations} iterations ({stats.rows} rows) of job {args.job} into {redact(args.store)} in "
+        f"{stats.seconds:.1f} s; {stats.skipped} skipped (in the store already)"))

@@ -13,10 +13,10 @@ file, row or op) or --strict met a problem; 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from relax_straggler.cli.inputs import add_input_arguments, print_problems, read_reporting_errors, topology_from_args
+from relax_straggler.cli.common import add_output_arguments, add_progress_argument, emit, error, progress
+from relax_straggler.cli.inputs import (add_input_arguments, input_path_error, print_problems, read_reporting_errors,
+                                       topology_from_args)
 
 INPUT_FORMATS = ("chrome-trace", "parquet-trace", "op-jsonl")
 
@@ -28,8 +28,8 @@ def register(subparsers) -> None:
                     "See docs/WHATIF.md.")
     p.add_argument("path", help="trace-NAME.parquet, a Chrome trace (.json / .json.gz) or per-op .jsonl")
     add_input_arguments(p, INPUT_FORMATS)
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: terminal report; json: the full result on stdout")
+    out = add_output_arguments(p, text="terminal report", json_what="the full result")
+    add_progress_argument(out)
     p.add_argument("--heatmap", default=None, metavar="PNG", help="write the dp_rank x stage score heatmap")
     p.add_argument("--ideal-timeline", default=None, metavar="FILE",
                    help="write the simulated ideal timeline as a Chrome trace (.json or .json.gz)")
@@ -56,14 +56,20 @@ def run(args: argparse.Namespace) -> int:
     from relax_straggler.whatif import WhatIfInputError, analyze_records, read_op_input
 
     err = _StderrConsole()
+    code = input_path_error(args.path)
+    if code is not None:
+        return code
 
     def read():
-        op_input = read_op_input(args.path, args.input_format, strict=args.strict, topology=topology_from_args(args),
-                                 meta=args.meta)
-        try:
-            return op_input, analyze_records(op_input.records, by_worker=not args.no_by_worker, threads=args.threads)
-        except WhatIfInputError as exc:  # the engine names the op, not the file
-            raise WhatIfInputError(f"{args.path}: {exc}") from None
+        with progress(args, "reading") as update:
+            op_input = read_op_input(args.path, args.input_format, strict=args.strict,
+                                     topology=topology_from_args(args), meta=args.meta)
+            update(description=f"replaying {len(op_input.records)} ops")
+            try:
+                return op_input, analyze_records(op_input.records, by_worker=not args.no_by_worker,
+                                                 threads=args.threads)
+            except WhatIfInputError as exc:  # the engine names the op, not the file
+                raise WhatIfInputError(f"{args.path}: {exc}") from None
 
     code, done = read_reporting_errors(err, args.path, read)
     if code is not None:
@@ -79,15 +85,10 @@ def run(args: argparse.Namespace) -> int:
             if args.ideal_timeline:
                 write_ideal_timeline(report, op_input.records.optype_names, args.ideal_timeline)
     except OSError as exc:
-        err.print(f"[red]error:[/] cannot write {exc.filename}: {exc.strerror}", highlight=False, soft_wrap=True)
-        return 1
-    if args.format == "json":
-        out = report.to_json()
-        out["input"] = {"path": args.path, "format": op_input.format, "ops": len(op_input.records),
-                        "problems": problems.facts(op_input.records_read)}
-        json.dump(out, sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        print(report.text())
+        return error(f"cannot write {exc.filename}: {exc.strerror}")
+    out = report.to_json()
+    out["input"] = {"path": args.path, "format": op_input.format, "ops": len(op_input.records),
+                    "problems": problems.facts(op_input.records_read)}
+    code = emit(args, out, lambda: print(report.text()))
     print_problems(problems, op_input.records_read, err)
-    return 0
+    return code

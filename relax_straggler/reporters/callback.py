@@ -1,25 +1,73 @@
-"""A user callback `report_fn(metrics: dict, step: int)`, and Relax's tracking adapter."""
+"""A user callback `report_fn(metrics: dict, step: int)`, Relax's tracking adapter and a
+TensorBoard one.
+
+report_fn gets the report's numbers only (int and float values, NaN included), ready for a
+metrics logger's scalar call; a report_fn with a parameter named `details` (or **kwargs)
+also gets the rest, the strings and lists (the verdict's status, stage and cause, hints,
+rank lists), as `details=`.
+"""
 
 from __future__ import annotations
 
+import inspect
+import numbers
 from typing import Any, Callable
 
 from relax_straggler.report import Report
 
-ReportFn = Callable[[dict[str, Any], int], None]
+ReportFn = Callable[..., None]
+
+
+def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(numbers, details) of one report's metrics: numbers holds the int and float values
+    (Python or numpy; bools are details), details everything else."""
+    nums: dict[str, Any] = {}
+    details: dict[str, Any] = {}
+    for key, value in metrics.items():
+        is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        (nums if is_number else details)[key] = value
+    return nums, details
+
+
+def takes_details(fn: Callable[..., Any]) -> bool:
+    """True when fn has a parameter named `details` or a **kwargs."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the two-argument form
+        return False
+    return "details" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 class CallbackSink:
-    """Calls report_fn(report.metrics, report.step) on the report thread."""
+    """Calls report_fn(numbers, report.step) on the report thread, with details=the other
+    values when report_fn takes them (module docstring)."""
 
     def __init__(self, report_fn: ReportFn) -> None:
         self._fn = report_fn
+        self._details = takes_details(report_fn)
 
     def __call__(self, report: Report) -> None:
-        self._fn(report.metrics, report.step)
+        nums, details = split_metrics(report.metrics)
+        if self._details:
+            self._fn(nums, report.step, details=details)
+        else:
+            self._fn(nums, report.step)
 
     def __repr__(self) -> str:
         return f"CallbackSink({getattr(self._fn, '__qualname__', self._fn)!r})"
+
+
+def tensorboard(writer: Any) -> ReportFn:
+    """report_fn that writes every number of a report with `writer.add_scalar(name, value,
+    step)` (a torch.utils.tensorboard SummaryWriter, or anything with that method), e.g.
+    ``install(model, optimizer, report_fn=relax_straggler.reporters.tensorboard(writer))``.
+    Flushing and closing the writer stay the caller's."""
+
+    def report_fn(metrics: dict[str, Any], step: int) -> None:
+        for name, value in metrics.items():
+            writer.add_scalar(name, value, step)
+
+    return report_fn
 
 
 def relax_tracking_report_fn(args: Any, step_key: str = "train/step") -> ReportFn:

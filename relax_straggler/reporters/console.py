@@ -37,6 +37,10 @@ class ConsoleSink:
             out.write("\n".join(lines) + "\n")
             out.flush()
 
+    def verdict_changes(self, report: Report) -> list[str]:
+        """The lines of the verdict's changes since the previous report (and remembers them)."""
+        return self._verdict_lines(report)
+
     def _verdict_lines(self, report: Report) -> list[str]:
         verdict = report.verdict
         if verdict is None:

@@ -209,7 +209,7 @@ def train(config, source=None, steps=6):
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     reports = []
-    analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s: reports.append(m),
+    analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s, details: reports.append({**m, **details}),
                                        kernel_source=source)
     x, y = torch.randn(32, 8), torch.randn(32, 1)
     losses = []

@@ -175,7 +175,7 @@ def test_train_step_swaps_adapters_in_and_out_and_labels_reports():
     reports = []
     analysis = install(torch.nn.Linear(2, 2), optimizer, model_config=model_cfg,
                        config=StragglerConfig(enabled=True, interval=2, warmup_steps=0),
-                       report_fn=lambda m, s: reports.append((s, m)))
+                       report_fn=lambda m, s, details: reports.append((s, {**m, **details})))
     try:
         for it in range(4):
             with analysis.train_step(step=500 + it):
@@ -259,7 +259,7 @@ def test_real_megatron_schedule_drives_the_stages_and_leaves_losses_alone(tmp_pa
         model.config.finalize_model_grads_func = allreduce_grads_finalize
         reports = []
         analysis = install(model, None, config=StragglerConfig(enabled=True, interval=1, warmup_steps=0),
-                           report_fn=lambda m, s: reports.append(m))
+                           report_fn=lambda m, s, details: reports.append({**m, **details}))
         observed = train(analysis, model, fb)
         timer = analysis.analyzer.timer
         recorded = timer.events_recorded

@@ -203,7 +203,7 @@ def test_analyzer_reports_module_stages_and_losses_are_unchanged():
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         reports = []
         cfg = StragglerConfig(enabled=analyzed, interval=1, warmup_steps=0, enable_module_stages=True)
-        analyzer = relax_straggler.install(net, opt, config=cfg, report_fn=lambda m, s: reports.append(m))
+        analyzer = relax_straggler.install(net, opt, config=cfg, report_fn=lambda m, s, details: reports.append({**m, **details}))
         losses = []
         for step in range(3):
             idx = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(step))

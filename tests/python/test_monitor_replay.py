@@ -93,7 +93,7 @@ def test_cli_replays_a_recording_and_reports_bad_input(tmp_path):
     ok = subprocess.run(CLI + ["replay", str(fixture), "--store", f"file://{tmp_path}/s", "--job", "rec",
                                "--speed", "1000"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
-    assert "replayed 6 iterations" in ok.stderr
+    assert "replayed 6 iterations" in ok.stdout
     assert [i.iteration for i in open_store(f"file://{tmp_path}/s").iterations("rec")] == [10, 20, 30, 40, 50, 60]
     missing = subprocess.run(CLI + ["replay", str(tmp_path / "nope.jsonl"), "--store", f"file://{tmp_path}/s",
                                     "--job", "x"], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -27,7 +27,7 @@ def test_a_missing_file_store_or_job_is_a_clean_error(tmp_path, capsys):
     assert "nowhere" in capsys.readouterr().err
     open_store(f"file://{tmp_path}/empty").close()
     assert cli_main(["analyze", f"file://{tmp_path}/empty?job=j"]) == 1
-    assert "no usable row (0 rows read)" in capsys.readouterr().err
+    assert "no such job 'j'" in capsys.readouterr().err  # the store holds no job at all
 
 
 def _damaged_store(tmp_path, iterations: int, damaged: list[int]) -> str:

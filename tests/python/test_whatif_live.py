@@ -143,7 +143,7 @@ def test_without_per_op_data_nothing_is_published_under_whatif(caplog):
 def test_a_single_process_analyzer_replays_the_microbatches_a_user_marks():
     reports: list[dict] = []
     config = StragglerConfig(enabled=True, interval=2, warmup_steps=0, console=False, max_ops=256)
-    analyzer = relax_straggler.install(None, None, config=config, report_fn=lambda m, s: reports.append(m))
+    analyzer = relax_straggler.install(None, None, config=config, report_fn=lambda m, s, details: reports.append({**m, **details}))
     assert op_row_len(analyzer.ops.max_ops) > 0
     for step in range(4):
         for mb in range(3):

@@ -175,7 +175,7 @@ def ddp_run(rank: int) -> dict:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     reports, wall = [], []
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=3)  # the default noise settings
-    analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s: reports.append(m))
+    analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s, details: reports.append({**m, **details}))
     clock = StepClock()
     for _ in range(15):
         with clock:

@@ -45,7 +45,7 @@ def main() -> None:
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=0, hang_seconds=0.0, window_every=0,
                              collective_timing=False, kernel_stats=True)
     reports = []
-    analyzer = relax_straggler.install(None, config=config, report_fn=lambda m, s: reports.append(dict(m, step=s)),
+    analyzer = relax_straggler.install(None, config=config, report_fn=lambda m, s, details: reports.append(dict(m, **details, step=s)),
                                        kernel_source=SyntheticKernelSource(plan(rank, mode)))
     clock = StepClock()
     for step in range(steps):

@@ -39,7 +39,7 @@ def main() -> None:
     model.config.finalize_model_grads_func = grads_finalize(parallel_state.get_data_parallel_group)
     reports: list = []
     analysis = megatron.install(model, None, config=StragglerConfig(enabled=True, interval=2, warmup_steps=2),
-                                report_fn=lambda m, s: reports.append((s, {k: v for k, v in m.items()
+                                report_fn=lambda m, s, details: reports.append((s, {k: v for k, v in {**m, **details}.items()
                                                                          if k.startswith("straggler/verdict/")})))
     fb = get_forward_backward_func()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

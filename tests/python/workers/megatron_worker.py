@@ -218,8 +218,8 @@ def main() -> None:
     model = TinyModel(delay_s=0.04 if rank == 1 else 0.0)
     model.config.finalize_model_grads_func = allreduce_grads_finalize
     via_timers, via_hooks = [], []
-    a = megatron.install(model, None, config=config, report_fn=lambda m, s: via_timers.append((s, m)))
-    b = relax_straggler.install(model, None, config=config, report_fn=lambda m, s: via_hooks.append((s, m)))
+    a = megatron.install(model, None, config=config, report_fn=lambda m, s, details: via_timers.append((s, {**m, **details})))
+    b = relax_straggler.install(model, None, config=config, report_fn=lambda m, s, details: via_hooks.append((s, {**m, **details})))
     calls.update(synchronize=0, barrier=0)  # count the training loops only
     from step_times import StepClock  # beside this file
 
@@ -237,7 +237,7 @@ def main() -> None:
     model = TinyModel(delay_s=0.03 if rank == 1 else 0.0)
     for key, group in (("pipeline", "pipeline"), ("pipeline_ungrouped", None)):
         pipelined = []
-        p = megatron.install(model, None, config=config, report_fn=lambda m, s: pipelined.append((s, m)),
+        p = megatron.install(model, None, config=config, report_fn=lambda m, s, details: pipelined.append((s, {**m, **details})),
                              comparison_group=group)
         calls.update(synchronize=0, barrier=0)
         train(p, model, rank, clock)

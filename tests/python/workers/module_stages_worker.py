@@ -64,7 +64,7 @@ def main() -> None:
     reports = []
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=2, enable_module_stages=True,
                              noise_floor_ms=20.0)
-    analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s: reports.append(m))
+    analyzer = relax_straggler.install(model, opt, config=config, report_fn=lambda m, s, details: reports.append({**m, **details}))
     clock = StepClock()
     for step in range(6):
         with clock:

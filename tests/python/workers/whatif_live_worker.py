@@ -41,7 +41,7 @@ def run_phase(slow_rank: Any, rank: int, clock: StepClock) -> list[dict]:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     reports: list[dict] = []
     config = StragglerConfig(enabled=True, interval=1, warmup_steps=2, noise_floor_ms=20.0)
-    analysis = megatron.install(model, None, config=config, report_fn=lambda m, s: reports.append(m))
+    analysis = megatron.install(model, None, config=config, report_fn=lambda m, s, details: reports.append({**m, **details}))
     fb = get_forward_backward_func()
     clock.start()
     for step in range(STEPS):
