@@ -29,6 +29,9 @@ def register(subparsers) -> None:
     p.add_argument("--ranks-per-node", type=int, default=8, metavar="N",
                    help="ranks per node: rows name node-<rank // N> (default 8)")
     p.add_argument("--cluster", default="", help="cluster name written in each row")
+    p.add_argument("--no-end", action="store_true",
+                   help="write no end-of-run row at the end, as a job that crashed (the monitor then shows it "
+                        "hanging, not finished)")
     p.set_defaults(run=run)
 
 
@@ -52,12 +55,14 @@ def run(args: argparse.Namespace) -> int:
         store = open_store(args.store)
         try:
             stats = replay(steps, store, args.job, speed=args.speed, injections=injections,
-                           ranks_per_node=args.ranks_per_node, cluster=args.cluster)
+                           ranks_per_node=args.ranks_per_node, cluster=args.cluster,
+                           end_of_run=not args.no_end)
         finally:
             store.close()
     except (ValueError, InputError, StoreError) as exc:
         log.error("%s", exc)
         return 1
-    log.info("replayed %d iterations (%d rows) of job %s into %s in %.1f s; %d skipped (in the store already)",
-             stats.iterations, stats.rows, args.job, args.store, stats.seconds, stats.skipped)
+    log.info("replayed %d iterations (%d rows) of job %s into %s in %.1f s; %d skipped (in the store already)%s",
+             stats.iterations, stats.rows, args.job, args.store, stats.seconds, stats.skipped,
+             "; end-of-run row written" if stats.ended else "")
     return 0

@@ -33,12 +33,14 @@ class Clock:
         return self.now
 
 
-def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:40", first: int = 0) -> None:
+def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:40", first: int = 0,
+              end: bool = False) -> None:
+    """Replays the synthetic 16-rank job; end: with its end-of-run row (else it stops as a crash would)."""
     store = open_store(url)
     try:
         steps = (s for s in Synthetic(ranks=16, iterations=iterations, step_ms=100, seed=3).steps() if s.step >= first)
         replay(steps, store, job, speed=1e9, injections=[Injection.parse(inject)] if inject else [],
-               ranks_per_node=4)
+               ranks_per_node=4, end_of_run=end)
     finally:
         store.close()
 
@@ -172,6 +174,48 @@ def test_hang_after_threshold_with_injected_clock(make_monitor, store_url):
     assert view["status"] == "hanging" and view["hang_check"]["is_hanging"]
     assert view["hang_check"]["seconds_since_last_iteration"] == pytest.approx(61.0)
     assert [t["status"] for t in view["transitions"]] == ["active", "hanging"]
+
+
+def test_a_job_that_ends_normally_is_finished_never_hanging(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("done")
+    m.register("crashed")
+    write_job(store_url, "done", 10, inject="", end=True)
+    write_job(store_url, "crashed", 10, inject="")
+    m.poll_once()
+    m.poll_once()  # no new iteration: the end-of-run row is looked for
+    clock.now += 3600.0
+    m.poll_once()
+    done, crashed = m.view("done"), m.view("crashed")
+    assert done["status"] == "finished" and not done["hang_check"]["is_hanging"]
+    assert done["end"]["reason"] == "replay" and done["end"]["last_step"] == 9 and done["end"]["steps"] == 10
+    assert [t["status"] for t in done["transitions"]] == ["active", "finished"]
+    assert crashed["status"] == "hanging" and crashed["end"] is None
+    assert 'straggler_job_status{job_id="done",status="finished"} 1.0' in m.metrics.text().decode()
+    m.stop()
+    again = Monitor(m.config, clock=clock)  # the finished state survives a restart
+    try:
+        again.poll_once()
+        assert again.view("done")["status"] == "finished"
+    finally:
+        again.stop()
+
+
+def test_a_job_run_again_after_its_end_is_no_longer_finished(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("requeued")
+    write_job(store_url, "requeued", 10, inject="", end=True)
+    m.poll_once()
+    m.poll_once()
+    assert m.view("requeued")["status"] == "finished"
+    write_job(store_url, "requeued", 20, inject="", first=10)  # iterations after the end row, then a crash
+    m.poll_once()
+    assert m.view("requeued")["status"] == "active" and m.view("requeued")["end"] is None
+    clock.now += 61.0
+    m.poll_once()
+    assert m.view("requeued")["status"] == "hanging"
 
 
 def hang_answer_rows(job: str, step: int, rank: int, timestamp: float):
@@ -497,15 +541,15 @@ def test_metrics_are_built_once_per_change_not_per_scrape(tmp_path, file_url):
     try:
         m.register("a")
         first = m.metrics.text()
-        assert b'straggler_job_iterations{job="a"} 0.0' in first
+        assert b'straggler_job_iterations{job_id="a"} 0.0' in first
         assert m.metrics.text() is first  # nothing changed: the same bytes, not built again
         m.register("b")
-        assert b'straggler_job_iterations{job="b"} 0.0' in m.metrics.text()
+        assert b'straggler_job_iterations{job_id="b"} 0.0' in m.metrics.text()
         write_job(file_url, "a", 10, inject="")
         scraped = m.metrics.text()
         m.poll_once()  # the poll thread builds it after each poll
         built = m.metrics.text()
-        assert built is not scraped and b'straggler_job_iterations{job="a"} 10.0' in built
+        assert built is not scraped and b'straggler_job_iterations{job_id="a"} 10.0' in built
         assert m.metrics.text() is built
     finally:
         m.stop()
@@ -532,9 +576,9 @@ def test_polls_rebuild_the_metrics_at_most_a_tenth_of_the_time(tmp_path, file_ur
         assert built["n"] == 1 and m.metrics.text() is first
         clock[0] = 103.0
         m.poll_once()
-        assert built["n"] == 2 and b'straggler_job_iterations{job="a"} 5.0' in m.metrics.text()
+        assert built["n"] == 2 and b'straggler_job_iterations{job_id="a"} 5.0' in m.metrics.text()
         m.register("b")  # a change: the next scrape shows it at once
-        assert b'job="b"' in m.metrics.text() and built["n"] == 3
+        assert b'job_id="b"' in m.metrics.text() and built["n"] == 3
         assert gzip.decompress(m.metrics.text(gzipped=True)) == m.metrics.text()
     finally:
         m.stop()
