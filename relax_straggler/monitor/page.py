@@ -25,7 +25,8 @@ body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5em;colo
 h1{font-size:1.4em;margin:0 0 .3em}h2{font-size:1.1em;margin:1.4em 0 .4em}
 table{border-collapse:collapse;font-size:.9em}th,td{border-bottom:1px solid #d0d7de;padding:.25em .6em;text-align:left}
 th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.s-active,.s-finished{color:#1a7f37}.s-slowdown,.s-predicting{color:#9a6700}.s-detected,.s-hanging{color:#cf222e;font-weight:600}
+.s-active,.s-finished{color:#1a7f37}.s-slowdown,.s-predicting{color:#9a6700}
+.s-detected,.s-hanging{color:#cf222e;font-weight:600}
 .muted{color:#57606a}.bad{color:#cf222e;font-weight:600}.ok{color:#1a7f37;font-weight:600}
 code{background:#f6f8fa;padding:0 .25em}figure{margin:.6em 0 1.2em}figcaption{font-size:.85em;color:#57606a}
 """

@@ -123,6 +123,7 @@ class JobRecord:
     store_problems: list = field(default_factory=list)
     hang_answer: Optional[dict] = None
     end: Optional[dict] = None
+    end_error: Optional[str] = None  # why its end-of-run row could not be read, logged once (not saved)
 
     def note_status(self, now: float) -> bool:
         """Records the status at `now` when it changed; True if it did."""
@@ -379,8 +380,9 @@ class Monitor:
             log.debug("job %s: cannot read its end-of-run row yet: %s", record.job_id, exc)
             return False
         except ValueError as exc:
-            if record.poll_error != str(exc):
-                log.warning("job %s: %s (ignored)", record.job_id, exc)
+            if record.end_error != str(exc):
+                log.warning("job %s: %s (ignored: the job is not taken as finished)", record.job_id, exc)
+                record.end_error = str(exc)
             return False
         if end is None:
             return False

@@ -34,7 +34,6 @@ from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse_client import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,

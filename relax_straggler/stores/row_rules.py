@@ -43,6 +43,7 @@ def check_table(table: pa.Table) -> None:
         hits = pc.indices_nonzero(bad)
         if len(hits):
             i = hits[0].as_py()
-            raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}, rank {table.column('rank')[i].as_py()}, "
+            raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}, "
+                             f"rank {table.column('rank')[i].as_py()}, "
                              f"iteration {table.column('iteration')[i].as_py()}): {name} {why}, "
                              f"got {table.column(name)[i].as_py()!r}")

@@ -15,7 +15,7 @@ from relax_straggler.monitor.drain import drain_plan, plan_text
 from relax_straggler.monitor.verdict import current_verdict
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_monitor_api import CLI, REPO, replay, servers  # noqa: E402,F401 (servers: the fixture)
+from test_monitor_api import CLI, REPO, servers  # noqa: E402,F401 (servers: the fixture)
 from test_monitor_page import straggler_monitor  # noqa: E402,F401 (the fixture)
 
 RESULT = {"straggler_rank": 5, "straggler_node": "node-1", "stage": "forward", "cause": "a sentence",
@@ -56,7 +56,8 @@ def test_nodes_come_from_the_rows_or_the_jobs_layout_and_are_quoted():
 def test_a_hangs_culprit_gets_a_plan():
     answer = {"rank": 3, "kind": "lagging", "step": 17, "node": "node-0", "answer": "rank 3 never arrived"}
     verdict = current_verdict("stuck", "hanging", None, answer)
-    assert (verdict["rank"], verdict["node"], verdict["status"], verdict["cause"]) == (3, "node-0", "hanging", "lagging")
+    assert (verdict["rank"], verdict["node"], verdict["status"], verdict["cause"]) == \
+        (3, "node-0", "hanging", "lagging")
     plan = drain_plan(verdict, None, None, None, None)
     assert plan["nodes"] == ["node-0"] and "hang culprit since step 17" in plan["reason"]
     assert "kubectl cordon node-0" in plan_text("stuck", "hanging", plan)

@@ -202,6 +202,26 @@ def test_a_job_that_ends_normally_is_finished_never_hanging(make_monitor, store_
         again.stop()
 
 
+def test_a_malformed_end_row_is_named_once_and_the_job_stays_unfinished(make_monitor, store_url, caplog):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("odd-end")
+    write_job(store_url, "odd-end", 10, inject="")
+    store = open_store(store_url)
+    try:
+        store.write([Sample(time.time(), "odd-end", "straggler/end", 0, 9, (9.0, 10.0), subname="crashed")])
+    finally:
+        store.close()
+    with caplog.at_level("WARNING", logger="relax_straggler.monitor.service"):
+        for _ in range(3):
+            m.poll_once()
+    named = [r.getMessage() for r in caplog.records if "straggler/end row" in r.getMessage()]
+    assert len(named) == 1 and "subname 'crashed' is not one of uninstall, replay" in named[0], named
+    clock.now += 61.0
+    m.poll_once()
+    assert m.view("odd-end")["status"] == "hanging"
+
+
 def test_a_job_run_again_after_its_end_is_no_longer_finished(make_monitor, store_url):
     clock = Clock()
     m = make_monitor(clock=clock, hang_threshold_s=60.0)
@@ -262,6 +282,17 @@ def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url
         ("lagging", 3, "all_reduce", 6, "default_pg", 9)
     assert rca["answer"].startswith("rank 3 never entered all_reduce #6 of group default_pg (ranks 0-3)")
     assert rca["answered_at"] == pytest.approx(clock.now)
+    # The culprit's node as its own rows name it (16 ranks, 4 per node: rank 3 on node-0).
+    view = m.view("stuck")
+    assert rca["node"] == "node-0"
+    assert {k: view["verdict"][k] for k in ("rank", "node", "status", "stage", "cause", "since_step")} == \
+        {"rank": 3, "node": "node-0", "status": "hanging", "stage": "communication", "cause": "lagging",
+         "since_step": 9}
+    assert view["drain_plan"]["nodes"] == ["node-0"] and "kubectl cordon node-0" in view["drain_plan"]["commands"][
+        "kubernetes"]
+    m.metrics.changed()
+    assert ('straggler_job_verdict_info{cause="lagging",job_id="stuck",node="node-0",rank="3",stage="communication",'
+            'status="hanging"} 1.0') in m.metrics.text().decode()
     # Steps end again: the stop is over and so is its answer.
     write_job(store_url, "stuck", 12, inject="", first=10)
     m.poll_once()
