@@ -1,11 +1,13 @@
 # The two entry points of the README: `make demo` (the main job) and `make test`.
-# Both set everything up on a fresh Debian machine, idempotently: apt packages, a
+# Both set everything up on a fresh Debian machine, idempotently: apt packages (prometheus and
+# chromium for the tests of deploy/ and of the status page), a
 # virtual environment with torch 2.13.0 (CPU), and the extension build.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-APT_PACKAGES := g++ cmake ninja-build ccache patch libgtest-dev libbenchmark-dev libeigen3-dev nlohmann-json3-dev
+APT_PACKAGES := g++ cmake ninja-build ccache patch libgtest-dev libbenchmark-dev libeigen3-dev nlohmann-json3-dev \
+  prometheus chromium
 NPROC ?= 2
 DEMO_DIR ?= runs/demo
 # Compiler output and pip's go to logs under build/logs; the terminal gets one line per

@@ -373,7 +373,7 @@ class Analyzer:
             for c in self._closables:
                 try:
                     if c is self._store_sink:  # its flush and its join each take up to the limit
-                        c.close(timeout_s=max((deadline - time.monotonic()) / 2, 0))
+                        c.close(timeout_s=max((deadline - time.monotonic()) / 2, 0), end_of_run=True)
                     else:
                         c.close()
                 except Exception:  # a sink's failure is its own: the others close, uninstall returns

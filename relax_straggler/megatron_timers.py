@@ -57,6 +57,8 @@ VERDICT_METRIC = "straggler/verdict"
 FINDING_METRIC = "straggler/verdict/finding"
 # The row of a hang answer (relax_straggler.stores.hang_rows): known, not a stage.
 HANG_METRIC = "straggler/hang"
+# The end-of-run row (relax_straggler.stores.end_rows): known, not a stage.
+END_METRIC = "straggler/end"
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def timer_meaning(name: str) -> Optional[TimerMeaning]:
     meaning = KNOWN_TIMERS.get(name)
     if meaning is not None:
         return meaning
-    if name in (VERDICT_METRIC, FINDING_METRIC, HANG_METRIC):
+    if name in (VERDICT_METRIC, FINDING_METRIC, HANG_METRIC, END_METRIC):
         return NOT_A_STAGE
     if name.startswith(OUR_PREFIX) and name[len(OUR_PREFIX):] in STAGE_IDS:
         return TimerMeaning(name[len(OUR_PREFIX):])

@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest", "whatif")
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest", "whatif", "drain-plan")
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
@@ -25,7 +25,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name in (only,) if only in COMMANDS else COMMANDS:
-        importlib.import_module(f"relax_straggler.cli.{name}").register(sub)
+        importlib.import_module(f"relax_straggler.cli.{name.replace('-', '_')}").register(sub)
     return parser
 
 

@@ -29,6 +29,9 @@ def register(subparsers) -> None:
     p.add_argument("--ranks-per-node", type=int, default=8, metavar="N",
                    help="ranks per node: rows name node-<rank // N> (default 8)")
     p.add_argument("--cluster", default="", help="cluster name written in each row")
+    p.add_argument("--no-end", action="store_true",
+                   help="write no end-of-run row at the end, as a job that crashed (the monitor then shows it "
+                        "hanging, not finished)")
     out = add_output_arguments(p, text="one line", json_what="the counts written")
     add_progress_argument(out)
     p.set_defaults(run=run)
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
             steps = synthetic.steps() if synthetic else recorded_steps(args.input)
             stats = replay(counted(steps), store, args.job, speed=args.speed, injections=injections,
-                           ranks_per_node=args.ranks_per_node, cluster=args.cluster)
+                           ranks_per_node=args.ranks_per_node, cluster=args.cluster, end_of_run=not args.no_end)
     except ValueError as exc:
         return error(str(exc), EXIT_USAGE)
     except (InputError, StoreError) as exc:
@@ -70,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         store.close()
     result = {"job": args.job, "store": redact(args.store), "iterations": stats.iterations, "rows": stats.rows,
-              "skipped": stats.skipped, "seconds": stats.seconds}
+              "skipped": stats.skipped, "seconds": stats.seconds, "end_of_run": stats.ended}
     return emit(args, result, lambda: print(
         f"replayed {stats.iterations} iterations ({stats.rows} rows) of job {args.job} into {redact(args.store)} in "
-        f"{stats.seconds:.1f} s; {stats.skipped} skipped (in the store already)"))
+        f"{stats.seconds:.1f} s; {stats.skipped} skipped (in the store already)"
+        f"{'; end-of-run row written' if stats.ended else ''}"))

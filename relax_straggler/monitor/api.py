@@ -1,7 +1,11 @@
-"""The monitor's HTTP API (FastAPI; the schema at /openapi.json, pages at /docs).
+"""The monitor's HTTP API (FastAPI; the schema at /openapi.json, its reference at /docs).
 
     GET    /                      health: version, store status, jobs, jobs with problems, check
-                                  interval ("degraded" while the store fails or a job has problems)
+                                  interval ("degraded" while the store fails or a job has problems);
+                                  with Accept: text/html (a browser), the status page (page.py;
+                                  ?offset=N&limit=M pages its jobs as GET /jobs does)
+    GET    /docs                  the API reference, a self-contained page (nothing from a CDN:
+                                  it works on an air-gapped cluster; /redoc leads there)
     GET    /jobs                  registered jobs with their status, by job id, JOBS_PAGE at a time
                                   (?offset=N&limit=M, M at most MAX_JOBS_PAGE; next_offset: the
                                   next page's offset, null on the last)
@@ -16,7 +20,8 @@
                                   once per change, not per scrape)
     GET    /{job_id}              the job's status: job_id, status, hang_check, slowdown_check
                                   (straggler_prediction {straggler_rank, straggler_node}),
-                                  metrics, iteration_count, last_iteration, evidence
+                                  metrics, iteration_count, last_iteration, evidence, end,
+                                  verdict (verdict.py), drain_plan (drain.py: proposed, never run)
 
 Errors are JSON {"detail": message} (a string, for 422 as well): 400 a Host header that is
 not allowed (guard.py), a body nested too deep to parse, a layout Topology rejects (one of
@@ -35,18 +40,19 @@ from typing import Annotated, Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
+from relax_straggler.monitor import page
 from relax_straggler.monitor.guard import ApiGuard, GuardMiddleware
 from relax_straggler.monitor.service import JobLimitError, Monitor
 from relax_straggler.stores.base import JOB_ID_PATTERN
 from relax_straggler.topology import Topology
 
-# Job ids as store_base.JOB_ID_PATTERN; "jobs" and "metrics" are routes of their own and
-# cannot be read through GET /{job_id}.
+# Job ids as store_base.JOB_ID_PATTERN; "jobs", "metrics", "docs" and "redoc" are routes of
+# their own and cannot be read through GET /{job_id} (GET /jobs/{job_id} reads any).
 JobId = Path(pattern=JOB_ID_PATTERN, description="job id: letters, digits and . _ : @ + -, at most 128")
 
 # GET /jobs pages: a page of 1,000 jobs is 80 KB of JSON.
@@ -102,8 +108,9 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
             if run_monitor:
                 monitor.stop()
 
-    app = FastAPI(title="relax-straggler monitor", version=__version__, lifespan=lifespan,
-                  description="Online straggler detection over a metrics store. See docs/MONITOR.md.")
+    # FastAPI's /docs and /redoc load their scripts from a CDN: off, replaced by page.docs_page.
+    app = FastAPI(title="relax-straggler monitor", version=__version__, lifespan=lifespan, docs_url=None,
+                  redoc_url=None, description="Online straggler detection over a metrics store. See docs/MONITOR.md.")
     app.add_middleware(GuardMiddleware, guard=guard)
 
     @app.exception_handler(RequestValidationError)
@@ -161,14 +168,32 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
     # The reads run on the event loop (async): they hold the monitor's lock for microseconds and
     # do no I/O, and under load the hop to a worker thread cost more than the read. Each answers
     # its JSON itself (view() and job_numbers() give JSON-safe values), without FastAPI's encoder.
-    @app.get("/", summary="Health, version and store status", responses=_errors(*_ANY))
-    async def health() -> dict:
+    @app.get("/", summary="Health, version and store status (the status page for a browser)",
+             responses={200: {"content": {"text/html": {"schema": {"type": "string"}}},
+                              "description": "JSON, or the status page for Accept: text/html"}, **_errors(*_ANY, 422)})
+    async def health(request: Request, offset: int = Query(0, ge=0, description="status page: jobs to skip"),
+                     limit: int = Query(JOBS_PAGE, ge=1, le=MAX_JOBS_PAGE,
+                                        description="status page: jobs shown")) -> dict:
         store = monitor.health()
         problems = monitor.job_problems()
-        return JSONResponse({"status": "ok" if store["ok"] and not problems["count"] else "degraded",
-                             "version": __version__, "store": store, "jobs": monitor.job_count(),
-                             "job_problems": problems, "check_interval_s": monitor.config.check_interval_s,
-                             "docs": "/docs", "openapi": "/openapi.json"})
+        answer = {"status": "ok" if store["ok"] and not problems["count"] else "degraded",
+                  "version": __version__, "store": store, "jobs": monitor.job_count(),
+                  "job_problems": problems, "check_interval_s": monitor.config.check_interval_s,
+                  "docs": "/docs", "openapi": "/openapi.json"}
+        if not _wants_html(request.headers.get("accept", "")):
+            return JSONResponse(answer)
+        jobs = monitor.job_numbers(offset, limit)
+        drawn = [j["job_id"] for j in jobs if j["verdict"] is not None][:page.MAX_PICTURES]
+        return HTMLResponse(page.status_page(__version__, answer, jobs, monitor.job_count(), offset, limit,
+                                             monitor.pictures(drawn)), headers={"Vary": "Accept"})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return HTMLResponse(page.docs_page(app.openapi()))
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> RedirectResponse:
+        return RedirectResponse("/docs")
 
     @app.get("/jobs", summary="Registered jobs and their status, a page at a time, by job id",
              responses=_errors(*_ANY, 422))
@@ -246,6 +271,23 @@ def create_app(monitor: Monitor, run_monitor: bool = True, guard: ApiGuard = Api
         return view(job_id)
 
     return app
+
+
+def _wants_html(accept: str) -> bool:
+    """Whether an Accept header value prefers HTML to JSON (a browser's: text/html named with
+    q > 0, and application/json not named with a higher q). */* alone (curl) is JSON."""
+    def q(media: str) -> float:
+        for part in accept.split(","):
+            kind, _, params = part.partition(";")
+            if kind.strip().lower() == media:
+                name, _, value = params.strip().partition("=")
+                try:
+                    return float(value) if name.strip().lower() == "q" else 1.0
+                except ValueError:
+                    return 0.0
+        return 0.0
+    html_q = q("text/html")
+    return html_q > 0 and html_q >= q("application/json")
 
 
 def _accepts_gzip(accept_encoding: str) -> bool:

@@ -29,6 +29,7 @@ from relax_straggler.detect import WindowConfig
 from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC
 from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import Sample, Store, table_to_samples
+from relax_straggler.monitor.picture import window_picture
 from relax_straggler.monitor.trigger import IterationRange
 from relax_straggler.readers.base import InputError, StepTimes
 from relax_straggler.topology import MAX_WORLD_SIZE, Topology
@@ -99,7 +100,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
     straggler_node, stage, stages, kind, cause, mean_ratio, excess_ms, votes, algorithms,
     ensemble, confirmed (the live analyzer's confirmed verdict replayed over the range's
     iterations), live_verdict (the job's own, relax_straggler.stores.verdict_rows.latest_verdict,
-    or None), evidence, problems, rows, analysis_s, finished_at.
+    or None), evidence, picture (picture.window_picture), problems, rows, analysis_s, finished_at.
     Raises StoreError (store), InputError (no usable row, ranks outside the topology or at
     or beyond MAX_RANKS)."""
     start = time.perf_counter()
@@ -114,6 +115,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
     voted = ensemble is not None and ensemble.error is None
     votes = ensemble.votes.get(rank, 0) if voted and rank is not None else 0
     confirmed = asdict(analysis.confirmed) if analysis.confirmed is not None else None
+    stage = anomaly.stages[0] if anomaly and anomaly.stages else _ensemble_stage(ensemble, rank)
     evidence = list(anomaly.evidence) if anomaly else []
     if rank is not None and voted:
         evidence.append(f"window detector: rank {rank} voted slow by {votes} of {ensemble.algorithms} clusterers")
@@ -125,7 +127,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
         "straggler_node": source.nodes.get(rank) if rank is not None else None,
         "kind": anomaly.kind if anomaly else ("individual" if rank is not None else None),
         "cause": anomaly.cause if anomaly else None,
-        "stage": anomaly.stages[0] if anomaly and anomaly.stages else _ensemble_stage(ensemble, rank),
+        "stage": stage,
         "stages": list(anomaly.stages) if anomaly else [],
         "mean_ratio": anomaly.mean_ratio if anomaly else None,
         "excess_ms": anomaly.excess_ms if anomaly else None,
@@ -135,6 +137,7 @@ def analyze_range(store: Store, job: str, window: IterationRange, since: float, 
         "confirmed": confirmed,
         "live_verdict": _live_verdict(tap.rows),
         "evidence": evidence[:MAX_EVIDENCE],
+        "picture": window_picture(recording.kept, stage),
         "problems": analysis.input.problems,
         "rows": source.records,
         "analysis_s": time.perf_counter() - start,

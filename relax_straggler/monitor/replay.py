@@ -19,6 +19,11 @@ each stage under relax_straggler.megatron_timers.stage_timer_name:
 
 Nodes are named node-<rank // ranks_per_node>.
 
+At its end a replay writes the end-of-run row (relax_straggler.stores.end_rows, reason
+replay) unless the job has one at its last iteration already, so the monitor shows the job
+finished rather than hanging; end_of_run=False (--no-end) leaves it out, as a job that
+crashed would.
+
 Idempotent: an iteration the job already has in the store (rows of STEP_METRIC) is skipped,
 so replaying the same input into the same job again writes nothing and an interrupted
 replay resumes where it stopped, never duplicating a row.
@@ -38,6 +43,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from relax_straggler.stores import end_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
 from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, StepTimes
 from relax_straggler.megatron_timers import stage_timer_name, timer_meaning
@@ -217,21 +223,24 @@ def step_table(job: str, step: StepTimes, timestamp: float, ranks_per_node: int,
 @dataclass
 class ReplayStats:
     """iterations and rows written; skipped: iterations the job had in the store already;
-    seconds: wall time."""
+    ended: the end-of-run row was written; seconds: wall time."""
 
     iterations: int = 0
     rows: int = 0
     skipped: int = 0
+    ended: bool = False
     seconds: float = 0.0
 
 
 def replay(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.0,
            injections: Sequence[Injection] = (), ranks_per_node: int = 8, cluster: str = "",
-           clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> ReplayStats:
+           clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+           end_of_run: bool = True) -> ReplayStats:
     """Writes `steps` into `store` as job `job`, one write per iteration, each iteration
     stamped when it is written and written once its duration / speed has passed since the
     previous one (speed 2 = twice as fast as recorded). Iterations the job has in the store
-    already are skipped, without waiting (see the module docstring). Raises ValueError on a
+    already are skipped, without waiting (see the module docstring). end_of_run: write the
+    end-of-run row after the last iteration when the job has none there yet. Raises ValueError on a
     bad speed or injection, StoreError when the store fails, InputError from the reader."""
     if not (math.isfinite(speed) and speed > 0):
         raise ValueError(f"--speed must be > 0, got {speed}")
@@ -240,7 +249,10 @@ def replay(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.
     stats = ReplayStats()
     present = {it.iteration for it in store.iterations(job)}
     start = due = clock()
+    last_step, steps_seen = None, 0
     for step in steps:
+        last_step = step.step if last_step is None else max(last_step, step.step)
+        steps_seen += 1
         if step.step in present:
             stats.skipped += 1
             continue
@@ -253,5 +265,10 @@ def replay(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.
         store.write_table(table)
         stats.iterations += 1
         stats.rows += table.num_rows
+    if end_of_run and last_step is not None:
+        ended = [s for s in store.samples(job, last_step, last_step) if s.metric_name == end_rows.END_METRIC]
+        if not ended:
+            store.write_table(end_rows.end_table(job, last_step, steps_seen, "replay", clock(), "node-0", cluster))
+            stats.ended = True
     stats.seconds = clock() - start
     return stats

@@ -19,6 +19,9 @@ the state file.
   monitor (even kill -9) or of the store loses no registered job and no result. Each poll
   that saw new iterations appends when they arrived (one "seen" line per job), so the hang
   clock goes on across a restart.
+- A poll that read no new iteration of a job looks for its end-of-run row (stores.end_rows)
+  at or after its last iteration; found, the job is `finished` (trigger.py) and never
+  `hanging` until an iteration after it arrives.
 
 Thread safety: one lock guards the jobs; store I/O and analyses run outside it.
 """
@@ -35,15 +38,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from relax_straggler.analysis import AnalyzeConfig
-from relax_straggler.megatron_timers import HANG_METRIC
+from relax_straggler.megatron_timers import END_METRIC, HANG_METRIC
 from relax_straggler.monitor.metrics import MonitorMetrics
-from relax_straggler.stores import hang_rows
+from relax_straggler.stores import end_rows, hang_rows
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import Store, StoreError
 from relax_straggler.stores.url import DEFAULT_TABLE, parse_store_url, redact
 from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
 from relax_straggler.monitor.range_analysis import analyze_range
 from relax_straggler.monitor.state import StateJournal, read_state
+from relax_straggler.monitor.drain import drain_plan
+from relax_straggler.monitor.verdict import current_verdict
 from relax_straggler.readers.base import InputError
 from relax_straggler.topology import Topology
 
@@ -102,7 +107,8 @@ class JobRecord:
     (store_problems), None after a good one (not saved);
     store_problems: damage the store skipped in the job's data (Store.job_problems; not saved);
     hang_answer: while it hangs, the job's own answer of which rank and collective hold it
-    (relax_straggler.stores.hang_rows), once it is in the store (not saved: read again)."""
+    (relax_straggler.stores.hang_rows), once it is in the store (not saved: read again);
+    end: the job's end-of-run row (stores.end_rows.decode) while it is finished."""
 
     job_id: str
     registered_at: float
@@ -116,6 +122,8 @@ class JobRecord:
     poll_error: Optional[str] = None
     store_problems: list = field(default_factory=list)
     hang_answer: Optional[dict] = None
+    end: Optional[dict] = None
+    end_error: Optional[str] = None  # why its end-of-run row could not be read, logged once (not saved)
 
     def note_status(self, now: float) -> bool:
         """Records the status at `now` when it changed; True if it did."""
@@ -133,7 +141,7 @@ class JobRecord:
                 "detector": self.detector.to_dict(), "results": list(self.results),
                 "pending": None if self.pending is None else [self.pending.first_iteration,
                                                               self.pending.last_iteration],
-                "error": self.error, "transitions": [list(t) for t in self.transitions]}
+                "error": self.error, "transitions": [list(t) for t in self.transitions], "end": self.end}
 
 
 class JobLimitError(Exception):
@@ -238,15 +246,33 @@ class Monitor:
     def job_numbers(self, offset: int = 0, limit: Optional[int] = None) -> list[dict]:
         """Per registered job, by job id from the `offset`-th, at most `limit` (None: all):
         job_id, status, iteration_count, slow_iterations, stragglers (analyses naming a
-        rank), last_ms, baseline_ms (ms; None before the first iteration)."""
+        rank), last_ms, baseline_ms (ms; None before the first iteration), last_growth (the
+        newest step over the baseline median, - 1), verdict (verdict.current_verdict)."""
         with self._lock:
             now = self.clock()
             ids = sorted(self._jobs)[offset:None if limit is None else offset + limit]
-            return [{"job_id": r.job_id, "status": r.detector.status(now),
-                     "iteration_count": r.detector.iteration_count, "slow_iterations": r.detector.slow_iterations,
-                     "stragglers": sum(1 for x in r.results if x["straggler_rank"] is not None),
-                     "last_ms": r.detector.last_ms, "baseline_ms": r.detector.median_ms}
-                    for r in (self._jobs[j] for j in ids)]
+            out = []
+            for r in (self._jobs[j] for j in ids):
+                status = r.detector.status(now)
+                out.append({"job_id": r.job_id, "status": status,
+                            "iteration_count": r.detector.iteration_count,
+                            "slow_iterations": r.detector.slow_iterations,
+                            "stragglers": sum(1 for x in r.results if x["straggler_rank"] is not None),
+                            "last_ms": r.detector.last_ms, "baseline_ms": r.detector.median_ms,
+                            "last_growth": r.detector.last_growth, "verdict": self._verdict(r, status)})
+            return out
+
+    @staticmethod
+    def _verdict(record: JobRecord, status: str) -> Optional[dict]:
+        """The job's current verdict (verdict.current_verdict). Holds the lock."""
+        last = record.results[-1] if record.results else None
+        rank = None
+        if last is not None and last.get("straggler_rank") is not None:
+            rank = last["straggler_rank"]
+        elif record.hang_answer and isinstance(record.hang_answer.get("rank"), int):
+            rank = record.hang_answer["rank"]
+        index = record.topology.node_of(rank) if record.topology is not None and rank is not None else None
+        return current_verdict(record.job_id, status, last, record.hang_answer, index)
 
     # --- polling -----------------------------------------------------------------------
 
@@ -296,8 +322,16 @@ class Monitor:
                             seen[job_id] = (record.detector.last_iteration, record.detector.last_progress)
                         if record.note_status(now):
                             changed.append(job_id)
+                        if not record.detector.finished:
+                            record.end = None
                         look_for_answer = record.hang_answer is None and record.detector.hanging(now)
+                        look_for_end = not new and not record.detector.finished
                         last_iteration = record.detector.last_iteration
+                    if look_for_end and self._read_end(store, record, last_iteration):
+                        with self._lock:
+                            if record.note_status(self.clock()):
+                                changed.append(job_id)
+                        look_for_answer = False
                     if look_for_answer:
                         self._read_hang_answer(store, record, last_iteration)
                 except Exception:  # a bug on one job's data must not stop the others' polls
@@ -317,18 +351,47 @@ class Monitor:
         malformed answer row is kept as {"error"}, a store error waits for the next poll."""
         first = -1 if last_iteration is None else last_iteration
         try:
-            rows = [r for r in store.samples(record.job_id, max(first, 0), MAX_ITERATION, since=record.registered_at)
-                    if r.metric_name == HANG_METRIC]
+            read = list(store.samples(record.job_id, max(first, 0), MAX_ITERATION, since=record.registered_at))
         except StoreError as exc:
             log.debug("job %s: cannot read its hang answer yet: %s", record.job_id, exc)
             return
         try:
-            answer = hang_rows.latest_answer(rows, since_step=first)
+            answer = hang_rows.latest_answer([r for r in read if r.metric_name == HANG_METRIC], since_step=first)
         except ValueError as exc:
             answer = {"error": str(exc)}
+        if answer is not None and "error" not in answer:
+            # The holding rank's node as its own rows name it (the answer's row is rank 0's).
+            nodes = {r.rank: r.node for r in read if r.metric_name != HANG_METRIC and r.node}
+            answer = {**answer, "node": nodes.get(answer.get("rank"))}
         if answer is not None:
             with self._lock:
                 record.hang_answer = answer
+
+    def _read_end(self, store: Store, record: JobRecord, last_iteration: Optional[int]) -> bool:
+        """Looks for the job's end-of-run row at or after its last iteration; True when
+        found (the job is then finished). A malformed row is logged once and ignored; a
+        store error waits for the next poll."""
+        first = 0 if last_iteration is None else last_iteration
+        try:
+            rows = [r for r in store.samples(record.job_id, first, MAX_ITERATION, since=record.registered_at)
+                    if r.metric_name == END_METRIC]
+            end = end_rows.latest_end(rows)
+        except StoreError as exc:
+            log.debug("job %s: cannot read its end-of-run row yet: %s", record.job_id, exc)
+            return False
+        except ValueError as exc:
+            if record.end_error != str(exc):
+                log.warning("job %s: %s (ignored: the job is not taken as finished)", record.job_id, exc)
+                record.end_error = str(exc)
+            return False
+        if end is None:
+            return False
+        with self._lock:
+            record.detector.finish(end["last_step"])
+            if not record.detector.finished:
+                return False
+            record.end, record.hang_answer = end, None
+        return True
 
     def job_problems(self, shown: int = 20) -> dict:
         """{"count": jobs with a poll_error (a failed read, or damaged data skipped), "jobs":
@@ -433,6 +496,10 @@ class Monitor:
             self.metrics.analyses.labels(outcome="straggler" if result["straggler_rank"] is not None
                                          else "none").inc()
             with self._lock:
+                if record.results and "picture" in record.results[-1]:
+                    # The picture is the newest window's only. A copy without it, not a change of the
+                    # dict a save may be writing out now.
+                    record.results[-1] = {k: v for k, v in record.results[-1].items() if k != "picture"}
                 record.results.append(result)
                 del record.results[:-self.config.max_results]
                 record.pending, record.error, record.in_flight = None, None, False
@@ -454,11 +521,16 @@ class Monitor:
             last = record.results[-1] if record.results else None
             prediction = None if last is None else {"straggler_rank": last["straggler_rank"],
                                                     "straggler_node": last["straggler_node"]}
+            status = det.status(now)
+            verdict = self._verdict(record, status)
             return _finite({
                 "job_id": job_id,
-                "status": det.status(now),
+                "status": status,
+                "verdict": verdict,
+                "drain_plan": drain_plan(verdict, det.last_growth, det.median_ms, det.last_ms, last),
                 "registered_at": record.registered_at,
                 "topology": None if record.topology is None else asdict(record.topology),
+                "end": record.end if det.finished else None,
                 "hang_check": {"is_hanging": det.hanging(now), "seconds_since_last_iteration": now - det.last_progress,
                                "hang_threshold_s": det.config.hang_threshold_s,
                                "rca": record.hang_answer if det.hanging(now) else None},
@@ -487,6 +559,17 @@ class Monitor:
                 "store_problems": list(record.store_problems),
                 "transitions": [{"at": at, "status": status} for at, status in record.transitions],
             })
+
+    def pictures(self, job_ids: list[str]) -> dict[str, dict]:
+        """{job_id: the step x rank picture of its newest analysed window (picture.py)} of
+        those of `job_ids` registered and with one."""
+        with self._lock:
+            out = {}
+            for j in job_ids:
+                record = self._jobs.get(j)
+                if record is not None and record.results and record.results[-1].get("picture"):
+                    out[j] = record.results[-1]["picture"]
+            return _finite(out)
 
     def results(self, job_id: str) -> list[dict]:
         """Every kept analysis of the job, oldest first. Raises KeyError."""
@@ -554,7 +637,7 @@ class Monitor:
                         job_id, float(raw["registered_at"]), None if topo is None else Topology(**topo),
                         JobDetector.from_dict(self.config.trigger, raw["detector"]), list(raw["results"]),
                         None if pending is None else IterationRange(int(pending[0]), int(pending[1])),
-                        raw["error"], list(raw["transitions"]))
+                        raw["error"], list(raw["transitions"]), end=raw.get("end"))
                     record.detector.predicting = record.pending is not None
                     if "seen" in raw:
                         record.detector.restore_seen(int(raw["seen"][0]), float(raw["seen"][1]))

@@ -14,9 +14,14 @@ Per new iteration (step_ms = interval-time, the slowest rank's):
   the newest one seen before it (`seen_before`, kept with when it arrived) are read again
   from the store: they are folded in as usual, but they are not new progress.
 
+- finished: the job wrote its end-of-run row (relax_straggler.stores.end_rows) at or after
+  its last iteration: it ended normally, and no wait for a next iteration is a hang. A new
+  iteration after that step (a job id run again) makes it unfinished.
+
 Status, first match wins:
 
     predicting  an analysis of a triggered window is running
+    finished    the job ended normally (its end-of-run row is in the store)
     hanging     no new iteration for more than hang_threshold_s
     detected    an analysis finished; stays until `history_size` consecutive iterations are
                 not slow, then back to active (while detected, slow iterations trigger no
@@ -38,8 +43,9 @@ from typing import Optional, Sequence
 
 from relax_straggler.stores.base import IterationTime
 
-ACTIVE, SLOWDOWN, HANGING, PREDICTING, DETECTED = "active", "slowdown", "hanging", "predicting", "detected"
-STATUSES: tuple[str, ...] = (ACTIVE, SLOWDOWN, HANGING, PREDICTING, DETECTED)
+ACTIVE, SLOWDOWN, HANGING, PREDICTING, DETECTED, FINISHED = (
+    "active", "slowdown", "hanging", "predicting", "detected", "finished")
+STATUSES: tuple[str, ...] = (ACTIVE, SLOWDOWN, HANGING, PREDICTING, DETECTED, FINISHED)
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,7 @@ class JobDetector:
         self.min_ms = math.inf
         self.max_ms = -math.inf
         self.last_ms: Optional[float] = None
+        self.finished_at: Optional[int] = None  # the step of the job's end-of-run row, while it holds
 
     @property
     def median_ms(self) -> Optional[float]:
@@ -112,6 +119,8 @@ class JobDetector:
             if self.last_iteration is not None and it.iteration <= self.last_iteration:
                 continue
             self.last_iteration = it.iteration
+            if self.finished_at is not None and it.iteration > self.finished_at:
+                self.finished_at = None  # the job runs again
             if self.seen_before is None or it.iteration > self.seen_before:
                 self.last_progress, self.seen_before = now, None
             found = self._fold(it)
@@ -157,6 +166,17 @@ class JobDetector:
             self.seen_before = iteration
         self.last_progress = max(self.last_progress, at)
 
+    def finish(self, last_step: int) -> None:
+        """The job's end-of-run row names `last_step`: finished, unless an iteration after
+        it was seen already."""
+        if self.last_iteration is None or self.last_iteration <= last_step:
+            self.finished_at = last_step
+
+    @property
+    def finished(self) -> bool:
+        """The job ended normally (finish) and no iteration came after."""
+        return self.finished_at is not None
+
     def analysis_finished(self) -> None:
         """The triggered analysis produced a result: detected."""
         self.predicting, self.detected, self.normal_streak = False, True, 0
@@ -167,13 +187,15 @@ class JobDetector:
         self.slow_streak.clear()
 
     def hanging(self, now: float) -> bool:
-        """No new iteration for more than hang_threshold_s at `now` (s)."""
-        return now - self.last_progress > self.config.hang_threshold_s
+        """No new iteration for more than hang_threshold_s at `now` (s), and not finished."""
+        return not self.finished and now - self.last_progress > self.config.hang_threshold_s
 
     def status(self, now: float) -> str:
         """One of STATUSES at `now` (see the module docstring for the order)."""
         if self.predicting:
             return PREDICTING
+        if self.finished:
+            return FINISHED
         if self.hanging(now):
             return HANGING
         if self.detected:
@@ -199,7 +221,8 @@ class JobDetector:
                 "last_growth": self.last_growth, "last_slow": self.last_slow,
                 "iteration_count": self.iteration_count, "slow_iterations": self.slow_iterations,
                 "sum_ms": self.sum_ms, "min_ms": self.min_ms if self.iteration_count else None,
-                "max_ms": self.max_ms if self.iteration_count else None, "last_ms": self.last_ms}
+                "max_ms": self.max_ms if self.iteration_count else None, "last_ms": self.last_ms,
+                "finished_at": self.finished_at}
 
     @staticmethod
     def from_dict(config: TriggerConfig, state: dict) -> "JobDetector":
@@ -222,4 +245,6 @@ class JobDetector:
         if d.iteration_count:
             d.min_ms, d.max_ms = float(state["min_ms"]), float(state["max_ms"])
         d.last_ms = state["last_ms"]
+        finished = state.get("finished_at")  # absent from states saved before it existed
+        d.finished_at = None if finished is None else int(finished)
         return d

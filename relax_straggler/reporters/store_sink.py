@@ -24,7 +24,9 @@ time spent blocked on a collective, as the report judges them). rank is the rank
 the analyzed group (the global rank for the default group). With the live analyzer's
 confirmed verdict, its rows follow (straggler/verdict and one straggler/verdict/finding per
 finding, relax_straggler.stores.verdict_rows). A hang answer (relax_straggler.hang.publish)
-is one straggler/hang row (relax_straggler.stores.hang_rows).
+is one straggler/hang row (relax_straggler.stores.hang_rows). A normal end of the run
+(close(end_of_run=True), which uninstall() does) is one straggler/end row after the last
+report's (relax_straggler.stores.end_rows): the monitor then shows the job finished.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from relax_straggler.stores import hang_rows, verdict_rows
+from relax_straggler.stores import end_rows, hang_rows, verdict_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Sample, Store, samples_to_table
 from relax_straggler.stores.url import parse_writer_url
 from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC, stage_timer_name
@@ -169,6 +171,8 @@ class StoreSink:
         self._last_log = -float("inf")
         self._unlogged_failures = 0
         self._last_error = ""
+        self._last_step: Optional[int] = None  # the newest step of a report taken
+        self._steps = 0  # reports of training steps taken (hang answers not counted)
         self._thread = threading.Thread(target=self._run, name="relax_straggler-store-sink", daemon=True)
         self._thread.start()
 
@@ -178,8 +182,14 @@ class StoreSink:
         if self._nodes is None or len(self._nodes) < report.num_ranks:  # ranks beyond `nodes`: default names
             self._nodes = self._given_nodes + default_nodes(report.num_ranks)[len(self._given_nodes):]
         rows = report_rows(report, self.job, time.time(), self._nodes, self.cluster)
+        if not hang_rows.is_hang_answer(report.metrics):
+            self._last_step = report.step if self._last_step is None else max(self._last_step, report.step)
+            self._steps += 1
         if rows.num_rows == 0:
             return
+        self._queue(rows)
+
+    def _queue(self, rows: pa.Table) -> None:
         with self._cond:
             if self._closing:
                 self.dropped_rows += rows.num_rows
@@ -213,11 +223,18 @@ class StoreSink:
                 self._flushers -= 1
         return True
 
-    def close(self, timeout_s: float = 30.0) -> None:
+    def close(self, timeout_s: float = 30.0, end_of_run: bool = False) -> None:
         """Writes what is buffered (for at most `timeout_s`), stops the writer, closes the
-        store. Rows still unwritten are counted as dropped and logged."""
+        store. end_of_run: the run ends normally (uninstall()): the end-of-run row is
+        queued after the last report's rows first (relax_straggler.stores.end_rows), so the
+        monitor shows the job finished, not hanging. Rows still unwritten are counted as
+        dropped and logged."""
         if not self._thread.is_alive():
             return
+        if end_of_run:
+            node = self._nodes[0] if self._nodes else (self._given_nodes[0] if self._given_nodes else "")
+            self._queue(end_rows.end_table(self.job, self._last_step or 0, self._steps, "uninstall", time.time(),
+                                           node, self.cluster))
         self.flush(timeout_s)
         with self._cond:
             self._closing = True

@@ -34,18 +34,17 @@ from typing import Callable, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse_client import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
                                                       ClickHouseClient, ClickHouseError, credentials)
 from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
 from relax_straggler.stores.clickhouse_rows import arrow_samples, arrow_tables, insert_table
+from relax_straggler.stores.row_rules import MAX_TIMESTAMP as _MAX_TIMESTAMP, check_table
 from relax_straggler.stores.url import parse_store_url, redact
 
 log = logging.getLogger(__name__)
 
-_MAX_TIMESTAMP = 2**32 - 1  # DateTime is a UInt32
 # An INSERT into a Distributed table returns once every shard has its rows (else the
 # server queues them and answers at once: the acknowledgment would not be one). The old
 # name, which servers keep as an alias of distributed_foreground_insert (23.x+).
@@ -54,10 +53,8 @@ T = TypeVar("T")
 
 
 def check_sample(i: int, s: Sample) -> None:
-    """Raises ValueError naming row `i` and the field when `s` cannot be stored: job and
-    metric_name non-empty strings; subname, node, cluster strings; rank in [0, 2^31);
-    iteration >= 0; timestamp finite in [0, 2^32) s; values a non-empty sequence of finite
-    numbers (ms)."""
+    """Raises ValueError naming row `i` and the field when `s` cannot be stored (the rules
+    of relax_straggler.stores.row_rules, every store's, checked on one Sample)."""
     def bad(field: str, why: str, value: object) -> ValueError:
         return ValueError(f"row {i} (job {s.job!r}, {s.metric_name!r}, rank {s.rank!r}, iteration {s.iteration!r}): "
                           f"{field} {why}, got {value!r}")
@@ -80,41 +77,6 @@ def check_sample(i: int, s: Sample) -> None:
     for v in s.values:
         if not _is_number(v):
             raise bad("values", "must be finite numbers (ms)", s.values)
-
-
-def check_table(table: pa.Table) -> None:
-    """check_sample's rules over a SAMPLE_SCHEMA table, vectorized (nulls are bad values).
-    Raises ValueError naming the first bad row and field."""
-    values = table.column("metric_values")
-    ts = table.column("timestamp")
-    flat = pc.list_flatten(values)
-    bad_value_rows = pc.list_parent_indices(values).filter(pc.invert(pc.is_finite(flat)).fill_null(True))
-
-    def empty(name: str) -> pa.ChunkedArray:
-        return pc.fill_null(pc.equal(pc.utf8_length(table.column(name)), 0), True)
-
-    checks = [
-        ("job", "must be a non-empty string", empty("job")),
-        ("metric_name", "must be a non-empty string", empty("metric_name")),
-        ("rank", "must be an integer in [0, 2^31)", pc.fill_null(pc.less(table.column("rank"), 0), True)),
-        ("iteration", "must be an integer >= 0", pc.fill_null(pc.less(table.column("iteration"), 0), True)),
-        ("timestamp", "must be a finite time in s since the epoch, before 2106",
-         pc.fill_null(pc.invert(pc.and_(pc.is_finite(ts), pc.and_(pc.greater_equal(ts, 0),
-                                                                  pc.less_equal(ts, _MAX_TIMESTAMP)))), True)),
-        ("metric_values", "must be a non-empty list of ms", pc.fill_null(pc.equal(pc.list_value_length(values), 0),
-                                                                         True)),
-    ]
-    checks += [(name, "must be a string", pc.is_null(table.column(name))) for name in ("subname", "node", "cluster")]
-    if len(bad_value_rows):
-        checks.append(("metric_values", "must be finite numbers (ms)",
-                       pc.is_in(pa.array(range(table.num_rows)), value_set=bad_value_rows)))
-    for name, why, bad in checks:
-        hits = pc.indices_nonzero(bad)
-        if len(hits):
-            i = hits[0].as_py()
-            raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}, rank {table.column('rank')[i].as_py()}, "
-                             f"iteration {table.column('iteration')[i].as_py()}): {name} {why}, "
-                             f"got {table.column(name)[i].as_py()!r}")
 
 
 def _is_int(x: object) -> bool:

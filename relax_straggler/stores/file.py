@@ -65,6 +65,7 @@ import pyarrow.ipc as ipc
 from relax_straggler.appending import append_whole
 from relax_straggler.stores.base import (SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError,
                                          samples_to_table, table_to_samples)
+from relax_straggler.stores.row_rules import check_table
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +209,7 @@ class FileStore:
             raise ValueError(f"write_table: columns do not match {SAMPLE_SCHEMA}: {exc}") from None
         if table.num_rows == 0:
             return
-        _check_rows(table)
+        check_table(table)
         jobs = pc.unique(table.column("job")).to_pylist()
         for job in jobs:
             rows = table if len(jobs) == 1 else table.filter(pc.equal(table.column("job"), job))
@@ -644,39 +645,6 @@ def _iterations_of(entries: Sequence[_Entry]) -> str:
     its = [x[0] for e in entries for x in e.its]
     lo, hi = min(its), max(its)
     return f"iteration {lo}" if lo == hi else f"iterations {lo}-{hi}"
-
-
-def _check_rows(table: pa.Table) -> None:
-    """Raises ValueError naming the first bad row and field (the rules of every store: job
-    and metric_name non-empty; rank in [0, 2^31); iteration >= 0; timestamp finite >= 0 s;
-    metric_values a non-empty list of finite ms)."""
-    values = table.column("metric_values")
-    flat = pc.list_flatten(values)
-    bad_value_rows = pc.list_parent_indices(values).filter(pc.invert(pc.is_finite(flat)).fill_null(True))
-    checks = [
-        ("job", "must be a non-empty string", pc.fill_null(pc.equal(pc.utf8_length(table.column("job")), 0), True)),
-        ("metric_name", "must be a non-empty string",
-         pc.fill_null(pc.equal(pc.utf8_length(table.column("metric_name")), 0), True)),
-        ("rank", "must be an integer in [0, 2^31)", pc.fill_null(pc.less(table.column("rank"), 0), True)),
-        ("iteration", "must be an integer >= 0", pc.fill_null(pc.less(table.column("iteration"), 0), True)),
-        ("timestamp", "must be a finite time >= 0 s since the epoch",
-         pc.fill_null(pc.invert(pc.and_(pc.is_finite(table.column("timestamp")),
-                                        pc.greater_equal(table.column("timestamp"), 0))), True)),
-        ("metric_values", "must be a non-empty list of finite ms",
-         pc.fill_null(pc.equal(pc.list_value_length(values), 0), True)),
-    ]
-    for name in ("subname", "node", "cluster"):
-        checks.append((name, "must be a string", pc.is_null(table.column(name))))
-    for name, why, bad in checks:
-        hits = pc.indices_nonzero(bad)
-        if len(hits):
-            i = hits[0].as_py()
-            raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}): {name} {why}, got "
-                             f"{table.column(name)[i].as_py()!r}")
-    if len(bad_value_rows):
-        i = bad_value_rows[0].as_py()
-        raise ValueError(f"row {i} (job {table.column('job')[i].as_py()!r}): metric_values must be finite ms, got "
-                         f"{values[i].as_py()!r}")
 
 
 def _encode(rows: pa.Table) -> bytes:

@@ -84,10 +84,11 @@ def test_injected_straggler_goes_active_slowdown_predicting_detected(servers, st
                   "--inject-delay", "5:forward:300:40")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
-    view = wait_for(lambda: (v := server.client.get("/train-1").json())["status"] == "detected"
-                    and v["iteration_count"] == 46 and v, what="detected, every iteration seen")
+    # the replay ends with its end-of-run row: finished once every iteration is seen
+    view = wait_for(lambda: (v := server.client.get("/train-1").json())["status"] == "finished"
+                    and v["iteration_count"] == 46 and v, what="finished, every iteration seen")
     seen = [t["status"] for t in view["transitions"]]
-    assert seen[:4] == ["active", "slowdown", "predicting", "detected"], seen
+    assert seen[:4] == ["active", "slowdown", "predicting", "detected"] and seen[-1] == "finished", seen
     assert view["slowdown_check"]["straggler_prediction"] == {"straggler_rank": 5, "straggler_node": "node-1"}
     assert view["evidence"]["window"]["first_iteration"] == 40
     assert (view["evidence"]["kind"], view["evidence"]["stage"]) == ("individual", "forward")
@@ -96,9 +97,9 @@ def test_injected_straggler_goes_active_slowdown_predicting_detected(servers, st
     results = server.client.get("/jobs/train-1/results").json()["results"]
     assert len(results) == 1 and results[0]["analysis_s"] < 5.0
     metrics = server.client.get("/metrics").text
-    assert 'straggler_job_status{job="train-1",status="detected"} 1.0' in metrics
-    assert 'straggler_job_stragglers_total{job="train-1"} 1.0' in metrics
-    assert 'straggler_job_slow_iterations_total{job="train-1"} 6.0' in metrics
+    assert 'straggler_job_status{job_id="train-1",status="finished"} 1.0' in metrics
+    assert 'straggler_job_stragglers_total{job_id="train-1"} 1.0' in metrics
+    assert 'straggler_job_slow_iterations_total{job_id="train-1"} 6.0' in metrics
     assert 'straggler_monitor_analyses_total{outcome="straggler"} 1.0' in metrics
     assert "straggler_monitor_poll_seconds_count" in metrics
 
@@ -107,12 +108,13 @@ def test_job_that_stops_writing_is_hanging(servers, file_url, tmp_path):
     server = Server(file_url, tmp_path / "state.json", 1.5, "--allow-get-registration")
     servers.append(server)
     assert server.client.get("/detect/stops").json()["created"] is True
-    proc = replay(file_url, "stops", "--synthetic", "ranks=4,iterations=5,step_ms=50", "--speed", "10")
+    proc = replay(file_url, "stops", "--synthetic", "ranks=4,iterations=5,step_ms=50", "--speed", "10",
+                  "--no-end")
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: server.client.get("/stops").json()["iteration_count"] == 5, what="5 iterations")
     view = wait_for(lambda: (v := server.client.get("/stops").json())["status"] == "hanging" and v, what="hanging")
     assert view["hang_check"]["is_hanging"] and view["hang_check"]["seconds_since_last_iteration"] > 1.5
-    assert 'straggler_job_status{job="stops",status="hanging"} 1.0' in server.client.get("/metrics").text
+    assert 'straggler_job_status{job_id="stops",status="hanging"} 1.0' in server.client.get("/metrics").text
 
 
 def test_monitor_and_store_restarts_lose_nothing(servers, file_url, tmp_path):
@@ -122,7 +124,7 @@ def test_monitor_and_store_restarts_lose_nothing(servers, file_url, tmp_path):
     server.client.post("/jobs/a", json={"dp": 16, "ranks_per_node": 4})
     server.client.post("/jobs/b")
     proc = replay(file_url, "a", "--synthetic", "ranks=16,iterations=50,step_ms=100", "--speed", "1000",
-                  "--inject-delay", "5:forward:80:40")
+                  "--inject-delay", "5:forward:80:40", "--no-end")  # still running when the monitor restarts
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: server.client.get("/a").json()["status"] == "detected", what="detected")
     server.stop(signal.SIGKILL)  # no chance to save on the way out
@@ -324,8 +326,9 @@ def test_a_job_id_too_long_for_a_file_name_does_not_stop_the_others(servers, fil
         proc = replay(file_url, job, "--synthetic", "ranks=4,iterations=20,step_ms=50", "--speed", "100")
         assert proc.wait(timeout=60) == 0, proc.stdout.read()
     for job in (long_id, "j1"):
-        view = wait_for(lambda: (v := c.get(f"/{job}").json())["iteration_count"] == 20 and v, what=f"{job} polled")
-        assert view["poll_error"] is None and view["status"] == "active"
+        view = wait_for(lambda: (v := c.get(f"/{job}").json())["status"] == "finished" and v,
+                        what=f"{job} polled to its end-of-run row")
+        assert view["poll_error"] is None and view["iteration_count"] == 20
     assert c.get("/").json()["status"] == "ok"
 
 
@@ -383,7 +386,7 @@ def test_metrics_are_served_gzipped_to_clients_that_take_it(servers, file_url, t
     servers.append(server)
     server.client.post("/jobs/a")
     plain = server.client.get("/metrics", headers={"accept-encoding": "identity"})
-    assert "content-encoding" not in plain.headers and 'straggler_job_iterations{job="a"}' in plain.text
+    assert "content-encoding" not in plain.headers and 'straggler_job_iterations{job_id="a"}' in plain.text
     for accept in ("gzip", "br, gzip;q=0.5", "*"):
         r = server.client.get("/metrics", headers={"accept-encoding": accept})
         assert r.headers["content-encoding"] == "gzip" and r.text == plain.text  # httpx decodes it

@@ -119,8 +119,9 @@ def test_replay_into_a_job_that_has_the_iterations_writes_no_duplicate(tmp_path)
     rows = len(list(store.samples("again", 0, 10)))
     for _ in range(2):
         again = replay(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
-        assert (again.iterations, again.rows, again.skipped) == (0, 0, 5)
-    assert len(list(store.samples("again", 0, 10))) == rows == first.rows
+        assert (again.iterations, again.rows, again.skipped, again.ended) == (0, 0, 5, False)
+    assert first.ended
+    assert len(list(store.samples("again", 0, 10))) == rows == first.rows + 1  # and the one end-of-run row
     keys = [(s.iteration, s.rank, s.metric_name) for s in store.samples("again", 0, 10)]
     assert len(keys) == len(set(keys))
 
@@ -135,3 +136,18 @@ def test_an_interrupted_replay_resumes_after_the_last_iteration_written(tmp_path
     assert len(t.sleeps) - sleeps == 2  # skipped iterations are not waited for
     assert [i.iteration for i in store.iterations("cut")] == [0, 1, 2, 3, 4]
     assert all(i.ranks == 4 for i in store.iterations("cut"))
+
+
+def test_a_replay_ends_with_its_end_of_run_row_unless_told_not_to(tmp_path):
+    from relax_straggler.stores import end_rows
+
+    t = FakeTime()
+    store = open_store(f"file://{tmp_path}")
+    spec = Synthetic(ranks=4, iterations=6, step_ms=100, noise=0)
+    replay(spec.steps(), store, "ends", clock=t.clock, sleep=t.sleep)
+    ended_at = t.now
+    replay(spec.steps(), store, "crashes", clock=t.clock, sleep=t.sleep, end_of_run=False)
+    end = end_rows.latest_end(store.samples("ends", 0, 10))
+    assert end == {"reason": "replay", "last_step": 5, "steps": 6, "ended_at": pytest.approx(ended_at)}
+    assert end_rows.latest_end(store.samples("crashes", 0, 10)) is None
+    assert [i.iteration for i in store.iterations("ends")] == list(range(6))  # the end row is no iteration

@@ -33,12 +33,14 @@ class Clock:
         return self.now
 
 
-def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:40", first: int = 0) -> None:
+def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:40", first: int = 0,
+              end: bool = False) -> None:
+    """Replays the synthetic 16-rank job; end: with its end-of-run row (else it stops as a crash would)."""
     store = open_store(url)
     try:
         steps = (s for s in Synthetic(ranks=16, iterations=iterations, step_ms=100, seed=3).steps() if s.step >= first)
         replay(steps, store, job, speed=1e9, injections=[Injection.parse(inject)] if inject else [],
-               ranks_per_node=4)
+               ranks_per_node=4, end_of_run=end)
     finally:
         store.close()
 
@@ -174,6 +176,68 @@ def test_hang_after_threshold_with_injected_clock(make_monitor, store_url):
     assert [t["status"] for t in view["transitions"]] == ["active", "hanging"]
 
 
+def test_a_job_that_ends_normally_is_finished_never_hanging(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("done")
+    m.register("crashed")
+    write_job(store_url, "done", 10, inject="", end=True)
+    write_job(store_url, "crashed", 10, inject="")
+    m.poll_once()
+    m.poll_once()  # no new iteration: the end-of-run row is looked for
+    clock.now += 3600.0
+    m.poll_once()
+    done, crashed = m.view("done"), m.view("crashed")
+    assert done["status"] == "finished" and not done["hang_check"]["is_hanging"]
+    assert done["end"]["reason"] == "replay" and done["end"]["last_step"] == 9 and done["end"]["steps"] == 10
+    assert [t["status"] for t in done["transitions"]] == ["active", "finished"]
+    assert crashed["status"] == "hanging" and crashed["end"] is None
+    assert 'straggler_job_status{job_id="done",status="finished"} 1.0' in m.metrics.text().decode()
+    m.stop()
+    again = Monitor(m.config, clock=clock)  # the finished state survives a restart
+    try:
+        again.poll_once()
+        assert again.view("done")["status"] == "finished"
+    finally:
+        again.stop()
+
+
+def test_a_malformed_end_row_is_named_once_and_the_job_stays_unfinished(make_monitor, store_url, caplog):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("odd-end")
+    write_job(store_url, "odd-end", 10, inject="")
+    store = open_store(store_url)
+    try:
+        store.write([Sample(time.time(), "odd-end", "straggler/end", 0, 9, (9.0, 10.0), subname="crashed")])
+    finally:
+        store.close()
+    with caplog.at_level("WARNING", logger="relax_straggler.monitor.service"):
+        for _ in range(3):
+            m.poll_once()
+    named = [r.getMessage() for r in caplog.records if "straggler/end row" in r.getMessage()]
+    assert len(named) == 1 and "subname 'crashed' is not one of uninstall, replay" in named[0], named
+    clock.now += 61.0
+    m.poll_once()
+    assert m.view("odd-end")["status"] == "hanging"
+
+
+def test_a_job_run_again_after_its_end_is_no_longer_finished(make_monitor, store_url):
+    clock = Clock()
+    m = make_monitor(clock=clock, hang_threshold_s=60.0)
+    m.register("requeued")
+    write_job(store_url, "requeued", 10, inject="", end=True)
+    m.poll_once()
+    m.poll_once()
+    assert m.view("requeued")["status"] == "finished"
+    write_job(store_url, "requeued", 20, inject="", first=10)  # iterations after the end row, then a crash
+    m.poll_once()
+    assert m.view("requeued")["status"] == "active" and m.view("requeued")["end"] is None
+    clock.now += 61.0
+    m.poll_once()
+    assert m.view("requeued")["status"] == "hanging"
+
+
 def hang_answer_rows(job: str, step: int, rank: int, timestamp: float):
     """The store sink's row of a hang answer naming `rank` (the product's own path)."""
     from relax_straggler.hang import diagnose
@@ -218,6 +282,17 @@ def test_a_hanging_job_serves_the_answer_its_ranks_wrote(make_monitor, store_url
         ("lagging", 3, "all_reduce", 6, "default_pg", 9)
     assert rca["answer"].startswith("rank 3 never entered all_reduce #6 of group default_pg (ranks 0-3)")
     assert rca["answered_at"] == pytest.approx(clock.now)
+    # The culprit's node as its own rows name it (16 ranks, 4 per node: rank 3 on node-0).
+    view = m.view("stuck")
+    assert rca["node"] == "node-0"
+    assert {k: view["verdict"][k] for k in ("rank", "node", "status", "stage", "cause", "since_step")} == \
+        {"rank": 3, "node": "node-0", "status": "hanging", "stage": "communication", "cause": "lagging",
+         "since_step": 9}
+    assert view["drain_plan"]["nodes"] == ["node-0"] and "kubectl cordon node-0" in view["drain_plan"]["commands"][
+        "kubernetes"]
+    m.metrics.changed()
+    assert ('straggler_job_verdict_info{cause="lagging",job_id="stuck",node="node-0",rank="3",stage="communication",'
+            'status="hanging"} 1.0') in m.metrics.text().decode()
     # Steps end again: the stop is over and so is its answer.
     write_job(store_url, "stuck", 12, inject="", first=10)
     m.poll_once()
@@ -497,15 +572,15 @@ def test_metrics_are_built_once_per_change_not_per_scrape(tmp_path, file_url):
     try:
         m.register("a")
         first = m.metrics.text()
-        assert b'straggler_job_iterations{job="a"} 0.0' in first
+        assert b'straggler_job_iterations{job_id="a"} 0.0' in first
         assert m.metrics.text() is first  # nothing changed: the same bytes, not built again
         m.register("b")
-        assert b'straggler_job_iterations{job="b"} 0.0' in m.metrics.text()
+        assert b'straggler_job_iterations{job_id="b"} 0.0' in m.metrics.text()
         write_job(file_url, "a", 10, inject="")
         scraped = m.metrics.text()
         m.poll_once()  # the poll thread builds it after each poll
         built = m.metrics.text()
-        assert built is not scraped and b'straggler_job_iterations{job="a"} 10.0' in built
+        assert built is not scraped and b'straggler_job_iterations{job_id="a"} 10.0' in built
         assert m.metrics.text() is built
     finally:
         m.stop()
@@ -532,9 +607,9 @@ def test_polls_rebuild_the_metrics_at_most_a_tenth_of_the_time(tmp_path, file_ur
         assert built["n"] == 1 and m.metrics.text() is first
         clock[0] = 103.0
         m.poll_once()
-        assert built["n"] == 2 and b'straggler_job_iterations{job="a"} 5.0' in m.metrics.text()
+        assert built["n"] == 2 and b'straggler_job_iterations{job_id="a"} 5.0' in m.metrics.text()
         m.register("b")  # a change: the next scrape shows it at once
-        assert b'job="b"' in m.metrics.text() and built["n"] == 3
+        assert b'job_id="b"' in m.metrics.text() and built["n"] == 3
         assert gzip.decompress(m.metrics.text(gzipped=True)) == m.metrics.text()
     finally:
         m.stop()

@@ -175,3 +175,42 @@ def test_the_embedded_store_takes_the_same_rows(tmp_path):
         assert np.isnan(steps[0].ms[1, STAGE_IDS["communication/send"]])
     finally:
         store.close()
+
+
+def test_close_at_the_end_of_the_run_writes_the_end_row_a_plain_close_does_not(tmp_path):
+    from relax_straggler.stores import end_rows
+    from relax_straggler.stores.opener import open_store
+
+    ended = StoreSink(f"file://{tmp_path}/store?job=ended", flush_interval_s=0.05, nodes=["node-0"] * 4)
+    cut = StoreSink(f"file://{tmp_path}/store?job=cut", flush_interval_s=0.05)
+    for step in (10, 11, 12):
+        ended(fake_report(step))
+        cut(fake_report(step))
+    ended.close(end_of_run=True)
+    cut.close()  # a hang answer's sink, or a job stopped without uninstall()
+    store = open_store(f"file://{tmp_path}/store")
+    try:
+        end = end_rows.latest_end(store.samples("ended", 0, 20))
+        assert (end["reason"], end["last_step"], end["steps"]) == ("uninstall", 12, 3)
+        assert [s.node for s in store.samples("ended", 12, 12) if s.metric_name == "straggler/end"] == ["node-0"]
+        assert end_rows.latest_end(store.samples("cut", 0, 20)) is None
+    finally:
+        store.close()
+
+
+def test_uninstall_ends_the_run_in_the_store(tmp_path):
+    from relax_straggler.stores import end_rows
+    from relax_straggler.stores.opener import open_store
+
+    model, optimizer = make()
+    analyzer = relax_straggler.install(model, optimizer, config=StragglerConfig(
+        enabled=True, interval=1, warmup_steps=0, store_url=f"file://{tmp_path}/store?job=trained"))
+    train(model, optimizer, analyzer, steps=4)
+    analyzer.uninstall()
+    store = open_store(f"file://{tmp_path}/store")
+    try:
+        last = store.iterations("trained")[-1].iteration
+        end = end_rows.latest_end(store.samples("trained", 0, last))
+        assert end is not None and end["reason"] == "uninstall" and end["last_step"] == last
+    finally:
+        store.close()

@@ -99,7 +99,8 @@ def test_reopened_store_sees_everything(store_url, job):
 
 
 @pytest.mark.parametrize("field, bad", [("rank", -1), ("iteration", -5), ("values", ()),
-                                        ("values", (float("nan"),)), ("metric_name", ""), ("job", "")])
+                                        ("values", (float("nan"),)), ("metric_name", ""), ("job", ""),
+                                        ("timestamp", float("inf")), ("timestamp", 2.0**32)])
 def test_bad_rows_are_refused_naming_the_field(store, job, field, bad):
     good = rows(job, [0])[0]
     kwargs = {f: getattr(good, f) for f in ("timestamp", "job", "metric_name", "rank", "iteration", "values")}
@@ -117,3 +118,13 @@ def test_unknown_job_is_empty(store, job):
 
 def test_ping(store):
     store.ping()
+
+
+def test_the_end_of_run_row_is_a_row_every_store_takes(store, job):
+    from relax_straggler.stores import end_rows
+
+    store.write(rows(job, [0, 1]))
+    store.write_table(end_rows.end_table(job, 1, 2, "uninstall", T0 + 5, "node-0"))
+    assert [i.iteration for i in store.iterations(job)] == [0, 1]  # not an iteration
+    end = end_rows.latest_end(store.samples(job, 0, 1))
+    assert (end["reason"], end["last_step"], end["steps"]) == ("uninstall", 1, 2)

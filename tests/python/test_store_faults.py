@@ -144,7 +144,8 @@ def test_a_damaged_job_index_stays_that_jobs_under_a_running_monitor(servers, fi
     c = server.client
     for job in ("bad", "good"):
         assert c.post(f"/jobs/{job}").status_code == 201
-    proc = replay(file_url, "bad", "--synthetic", "ranks=4,iterations=10,step_ms=50", "--speed", "1000")
+    proc = replay(file_url, "bad", "--synthetic", "ranks=4,iterations=10,step_ms=50", "--speed", "1000",
+                  "--no-end")  # its index: one line per iteration
     assert proc.wait(timeout=60) == 0
     index = Path(file_url[len("file://"):]) / "jobs" / "bad" / "index.jsonl"
     with open(index, "ab") as f:
@@ -165,7 +166,8 @@ def test_the_hang_clock_goes_on_across_a_monitor_killed_while_a_job_is_silent(se
     server = Server(file_url, state, 4.0)
     servers.append(server)
     assert server.client.post("/jobs/quiet").status_code == 201
-    proc = replay(file_url, "quiet", "--synthetic", "ranks=4,iterations=30,step_ms=50", "--speed", "1000")
+    proc = replay(file_url, "quiet", "--synthetic", "ranks=4,iterations=30,step_ms=50", "--speed", "1000",
+                  "--no-end")
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: server.client.get("/quiet").json()["iteration_count"] == 30, what="30 iterations")
     seen_at = time.monotonic()  # the last iteration arrived before this; the job is silent from here

@@ -38,7 +38,7 @@ def _damaged_store(tmp_path, iterations: int, damaged: list[int]) -> str:
     store = open_store(f"file://{tmp_path}/store")
     try:
         replay(Synthetic(ranks=8, iterations=iterations, step_ms=100, seed=3).steps(), store, "job-d", speed=1e9,
-               injections=[Injection.parse("5:forward:80:0")])
+               injections=[Injection.parse("5:forward:80:0")], end_of_run=False)
     finally:
         store.close()
     job_dir = tmp_path / "store" / "jobs" / "job-d"
