@@ -26,13 +26,15 @@ CONFIRMED, SUSPECTED = "confirmed", "suspected"
 def current_verdict(job_id: str, status: str, last_result: Optional[dict], hang_answer: Optional[dict],
                     node_of_rank: Optional[int] = None) -> Optional[dict]:
     """{"job_id", "rank", "node", "stage", "cause" (a word of the cause vocabulary, "unknown"
-    when not confirmed), "explanation" (the analysis's sentence), "status", "since_step", "ratio" (the
-    confirmed finding's ratio, docs/METRICS.md "Ratios and excesses"; None unless confirmed
-    offline), "mean_ratio" (the window analysis's mean over its flagged steps), "excess_ms" (the rank's excess over its group per step, ms; None for a hang),
-    "window" ([first, last] iterations analysed; None for a hang), "node_source" ("store":
-    the rows' node column; "ranks_per_node": node-<rank // ranks_per_node> of the job's
-    registered layout, used when the rows named no node; None: unknown, node "")} or None
-    (see the module docstring). node_of_rank: rank // the job's ranks_per_node, if given."""
+    when not confirmed), "explanation" (the analysis's sentence), "status", "since_step",
+    "ratio" (the confirmed finding's ratio, docs/METRICS.md "Ratios and excesses"; None
+    unless the window's confirmed verdict names the rank), "mean_ratio" (the window
+    analysis's mean over its flagged steps), "excess_ms" (the rank's excess over its group
+    per step, ms; None for a hang), "window" ([first, last] iterations analysed; None for a
+    hang), "node_source" ("store": the rows' node column; "ranks_per_node":
+    node-<rank // ranks_per_node> of the job's registered layout, used when the rows named
+    no node; None: unknown, node "")} or None (see the module docstring). node_of_rank:
+    rank // the job's ranks_per_node, if given."""
     if status == DETECTED and last_result is not None and last_result.get("straggler_rank") is not None:
         rank = int(last_result["straggler_rank"])
         confirmed = _confirmed_entry(last_result, rank)
