@@ -10,10 +10,8 @@ cannot be read; 2 bad arguments.
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 
-log = logging.getLogger(__name__)
+from relax_straggler.cli.common import EXIT_DATA, EXIT_USAGE, add_output_arguments, emit, error
 
 
 def register(subparsers) -> None:
@@ -24,10 +22,10 @@ def register(subparsers) -> None:
     p.add_argument("source", metavar="STORE_OR_URL",
                    help="a monitor (http://HOST:PORT) or a metrics store (file://DIR, clickhouse://HOST:PORT/DB)")
     p.add_argument("--job", required=True, help="job id")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--ranks-per-node", type=int, default=None, metavar="N",
                    help="from a store: name node-<rank // N> where the rows name no node")
     p.add_argument("--timeout", type=float, default=10.0, metavar="S", help="seconds to wait for a monitor")
+    add_output_arguments(p, text="the plan and its commands", json_what="the job's status, verdict and drain plan")
     p.set_defaults(run=run)
 
 
@@ -39,24 +37,19 @@ def run(args: argparse.Namespace) -> int:
 
         check_job_id(args.job)
     except ValueError as exc:
-        log.error("drain-plan: %s", exc)
-        return 2
+        return error(f"drain-plan: {exc}", EXIT_USAGE)
     if args.ranks_per_node is not None and args.ranks_per_node < 1:
-        log.error("drain-plan: --ranks-per-node must be >= 1, got %d", args.ranks_per_node)
-        return 2
+        return error(f"drain-plan: --ranks-per-node must be >= 1, got {args.ranks_per_node}", EXIT_USAGE)
     try:
         view = _from_monitor(args) if args.source.startswith(("http://", "https://")) else _from_store(args)
     except (OSError, ValueError, KeyError) as exc:
-        log.error("drain-plan: %s", exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
-        return 1
-    if args.json:
-        print(json.dumps({k: view.get(k) for k in ("job_id", "status", "verdict", "drain_plan")}, indent=2))
-    else:
-        print(plan_text(args.job, view["status"], view.get("drain_plan")), end="")
-    return 0
+        return error(f"drain-plan: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}", EXIT_DATA)
+    result = {k: view.get(k) for k in ("job_id", "status", "verdict", "drain_plan")}
+    return emit(args, result, lambda: print(plan_text(args.job, view["status"], view.get("drain_plan")), end=""))
 
 
 def _from_monitor(args: argparse.Namespace) -> dict:
+    import json
     import urllib.error
     import urllib.parse
     import urllib.request

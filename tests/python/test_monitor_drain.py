@@ -19,8 +19,9 @@ from test_monitor_api import CLI, REPO, servers  # noqa: E402,F401 (servers: the
 from test_monitor_page import straggler_monitor  # noqa: E402,F401 (the fixture)
 
 RESULT = {"straggler_rank": 5, "straggler_node": "node-1", "stage": "forward", "cause": "a sentence",
-          "ratio": 1.8, "excess_ms": 80.0, "window": {"first_iteration": 40, "last_iteration": 44},
-          "confirmed": {"stragglers": [{"rank": 5, "stage": "forward", "since_step": 42, "cause": "compute"}]},
+          "mean_ratio": 1.8, "excess_ms": 80.0, "window": {"first_iteration": 40, "last_iteration": 44},
+          "confirmed": {"stragglers": [{"rank": 5, "stage": "forward", "since_step": 42, "cause": "compute",
+                                        "ratio": 1.7}]},
           "live_verdict": None}
 
 
@@ -70,7 +71,7 @@ def test_get_job_and_the_cli_give_the_plan_of_the_store_node(straggler_monitor, 
     assert view["drain_plan"]["nodes"] == ["node-1"] and view["drain_plan"]["ranks"] == [5]
     assert view["drain_plan"]["executed"] is False
     url = f"http://127.0.0.1:{straggler_monitor.port}"
-    out = subprocess.run(CLI + ["drain-plan", url, "--job", "train-1", "--json"], cwd=REPO, capture_output=True,
+    out = subprocess.run(CLI + ["drain-plan", url, "--job", "train-1", "--format", "json"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["drain_plan"] == view["drain_plan"]
