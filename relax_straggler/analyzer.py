@@ -35,7 +35,7 @@ from relax_straggler.config import StragglerConfig
 from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.control import ControlCommand, ControlFile
 from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
-from relax_straggler.stages import STAGES, stage_id
+from relax_straggler.stages import MEASURED_STAGES, STAGES, check_section
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.kernel_evidence import KernelSource, open_source
 from relax_straggler.module_stages import ModuleStageHooks
@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 _NULL_SECTION: ContextManager[None] = contextlib.nullcontext()
 SHUTDOWN_TIMEOUT_S = 5.0  # uninstall()'s default bound, seconds
-_STAGE_NAMES = frozenset(STAGES)
+_STAGE_NAMES = frozenset(STAGES) - frozenset(MEASURED_STAGES)  # the stages a section may time
 
 Models = Union[torch.nn.Module, Sequence[torch.nn.Module], None]
 
@@ -72,7 +72,7 @@ def _workload(tokens: Any) -> float:
 
 
 def _check_stage(name: str) -> None:
-    stage_id(name)  # raises the ValueError listing the stages
+    check_section(name)  # raises the ValueError listing the stages
 
 
 class NullAnalyzer:
@@ -120,7 +120,7 @@ class Analyzer:
         self._step_label = step_label
         use_cuda = _use_cuda(config, models)
         self._timer = C.StageTimer(len(STAGES), config.interval, config.warmup_steps, config.max_events, use_cuda)
-        self._sections = {name: self._timer.section(stage_id(name)) for name in STAGES}
+        self._sections = {name: self._timer.section(STAGES.index(name)) for name in sorted(_STAGE_NAMES)}
         self._step = 0
         self._tokens = math.nan
         self._lock = threading.Lock()

@@ -26,8 +26,9 @@ States: ``healthy``, ``suspected`` (slow in the latest report(s)), ``straggler``
 learned noise, or named by the window ensemble with a mean ratio that agrees),
 ``recovered``, ``imbalance`` (a whole group slower: structural), ``insufficient_evidence``
 (nothing judgeable yet, or every rank alone in its group). Facts (measured) and cause
-(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``, and
-from kernel records ``device`` or ``host``) are separate fields. Given kernel records
+(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``,
+``untimed_code`` (slow in the measured ``untimed`` stage: the rank's own code outside every
+timed section), and from kernel records ``device`` or ``host``) are separate fields. Given kernel records
 (``update(..., kernel=)``, --straggler-kernel-stats), a ``compute`` cause is refined by the
 engine's rule (csrc/core/confirm/kernel_cause.h): ``device`` (its kernels ran longer than
 its group's), ``host`` (its stream sat idle longer) or ``communication_link`` (its NCCL
@@ -61,10 +62,11 @@ from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
-CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention")
+CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention",
+          "untimed_code")
 # The causes run-queue evidence can overturn: what a slow rank's time looked like, not a
 # measurement of its device (kernel records) or a whole group (imbalance).
-_CONTENDABLE = frozenset(("compute", "communication_link", "data", "unknown"))
+_CONTENDABLE = frozenset(("compute", "communication_link", "data", "unknown", "untimed_code"))
 # The share of a finding's excess the rank's extra run-queue wait must explain to name host
 # contention: the larger part of the time it lost was spent waiting for a CPU.
 HOST_CONTENTION_SHARE = 0.5
@@ -302,7 +304,7 @@ class ConfirmedVerdict:
                                                         for a in window_result.anomalies],
                                             list(window_result.link_suspects))
         r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
-        findings = tuple(_finding(f) for f in r.findings)
+        findings = tuple(_with_untimed_cause(_finding(f)) for f in r.findings)
         if run_queue_ms is not None:
             findings = self._with_run_queue(step, findings, run_queue_ms, group_list, ms.shape[0], r.reset)
         if kernel is not None:  # refines what is still "compute"
@@ -385,6 +387,15 @@ def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float])
     if workload.shape != (ms.shape[0],) or not np.all(np.isfinite(workload) & (workload > 0)):
         raise ValueError(f"workload must hold one finite value > 0 per rank ({ms.shape[0]})")
     return normalize_workload(ms, stages, workload)
+
+
+def _with_untimed_cause(f: Finding) -> Finding:
+    """`f` with cause untimed_code where the engine judged the measured `untimed` stage (the
+    step's time outside every timed section, judged as compute): the rank's own code between
+    sections, which no section names."""
+    if f.stage == "untimed" and f.cause == "compute":
+        return dataclasses.replace(f, cause="untimed_code")
+    return f
 
 
 def _with_kernel_cause(f: Finding, kernel: KernelMatrix, stages: tuple[str, ...],

@@ -20,6 +20,7 @@ the same gather.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
@@ -154,7 +155,8 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
                     run_queue_ms: float = np.nan) -> np.ndarray:
     """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
-    collective in flight and `communication/<op>` the summed durations per op."""
+    collective in flight and `communication/<op>` the summed durations per op. The
+    `untimed` stage is the sample's untimed_ms (NaN: not measured)."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
 
     device = np.array(sample.device_ms, dtype=np.float64)
@@ -171,6 +173,12 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             device[sid] = host[sid] = ms
             waited[sid] = 0.0
             calls[sid] = n
+    untimed = float(sample.untimed_ms)
+    if math.isfinite(untimed):  # a measured stage: the timer's host time outside every section
+        sid = stage_id("untimed")
+        device[sid] = host[sid] = untimed
+        waited[sid] = 0.0
+        calls[sid] = 1.0
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,
                 kernel, run_queue_ms)
 
