@@ -100,7 +100,7 @@ class ConfirmConfig:
     min_impact: float = 0.02
     noise_sigmas: float = 4.0
     confirm_reports: int = 3
-    recover_reports: int = 3
+    recover_reports: int = 2
     min_reports: int = 2
     history: int = 8
     noise_memory: int = 16
@@ -215,7 +215,7 @@ class VerdictResult:
     """The confirmed verdict after one report."""
 
     step: int
-    status: str  # one of STATES: the most severe over the findings
+    status: str  # one of STATES: the most severe over the findings but suspected (a finding, not the job's state)
     findings: tuple[Finding, ...]  # stragglers first, then imbalance, suspected, recovered
     unjudged_ranks: tuple[int, ...]  # alone in their comparison group
     reports: int  # reports seen since the last reset
@@ -232,17 +232,20 @@ class VerdictResult:
         return tuple(sorted({f.rank for f in self.findings if f.state == "straggler" and f.rank >= 0}))
 
     def metrics(self) -> dict[str, Any]:
-        """straggler/verdict/* of this report. rank is named only in state straggler (else -1)."""
+        """straggler/verdict/* of this report. The headline has a subject or is empty: a rank
+        in state straggler, or a group in state imbalance (rank -1); otherwise (suspected,
+        recovered, healthy) rank -1, stage and cause "none", since_step -1, confidence 0,
+        ratio 1."""
         p = self.primary
-        named = p is not None and p.state == "straggler"
+        subject = p if p is not None and p.state in ("straggler", "imbalance") else None
         return {
             "straggler/verdict/status": self.status,
-            "straggler/verdict/rank": p.rank if named else -1,
-            "straggler/verdict/stage": p.stage if p is not None else "none",
-            "straggler/verdict/cause": p.cause if p is not None else "none",
-            "straggler/verdict/since_step": p.since_step if p is not None else -1,
-            "straggler/verdict/confidence": p.confidence if p is not None else 0.0,
-            "straggler/verdict/ratio": p.ratio if p is not None else 1.0,
+            "straggler/verdict/rank": subject.rank if subject is not None else -1,
+            "straggler/verdict/stage": subject.stage if subject is not None else "none",
+            "straggler/verdict/cause": subject.cause if subject is not None else "none",
+            "straggler/verdict/since_step": subject.since_step if subject is not None else -1,
+            "straggler/verdict/confidence": subject.confidence if subject is not None else 0.0,
+            "straggler/verdict/ratio": subject.ratio if subject is not None else 1.0,
         }
 
 

@@ -141,12 +141,20 @@ def test_the_rank_spinning_outside_sections_is_named_and_released_and_the_waitin
         assert named == list(range(named[0], len(slow))), (where, [headline(r) for r in slow])
         for r in slow[named[0]:]:
             assert r["metrics"]["straggler/verdict/cause"] in OWN_CAUSES, (where, r["verdict"])
-        # Released within 2 reports of the spin's end: the headline is empty from then on.
-        after = [by_step[s] for s in range(end + shift, end + shift + 4 * INTERVAL, INTERVAL) if s in by_step]
-        assert all(headline(r) == (-1, "none") for r in after[2:]), (where, [headline(r) for r in after])
-    # Nobody but the spinning rank is ever named, in any stage; it is never named a link, unknown
-    # or in a stage its spin is not in as the headline (its backward may run cold after a spin).
+        # Released after 2 reports without evidence (tests/python/test_release.py); on a loaded
+        # host a report after the spin's end may still carry a few ms of it (its sub-ms stage
+        # against a scheduling hiccup): the headline is empty from the 5th report on.
+        after = [by_step[s] for s in sorted(by_step) if s >= end + shift][:6]
+        assert len(after) == 6 and all(headline(r) == (-1, "none") for r in after[4:]), \
+            (where, [headline(r) for r in after])
+    # Nobody but the spinning rank is ever named, in any stage; it is never named a link or
+    # unknown, nor the headline in a stage its spin is not in (its backward may run cold after a
+    # spin). Four ranks share 2 cores with whatever else the machine runs: a rank the scheduler
+    # keeps off its core for a few reports is really slower, and named so, with cause
+    # host_contention (tests/python/test_multirank.py); that is no wait on a peer either.
     for r in reports:
         for rank, stage, cause in stragglers(r):
-            assert rank == 1 and cause not in ("communication_link", "unknown"), (r["step"], stragglers(r))
-        assert headline(r)[0] in (-1, 1) and headline(r)[1] in ("none", "untimed"), (r["step"], r["verdict"])
+            assert cause not in ("communication_link", "unknown"), (r["step"], stragglers(r))
+            assert rank == 1 or cause == "host_contention", (r["step"], stragglers(r))
+        if r["metrics"]["straggler/verdict/cause"] != "host_contention":
+            assert headline(r) in ((-1, "none"), (1, "untimed")), (r["step"], r["verdict"])

@@ -18,7 +18,7 @@ from relax_straggler import StragglerConfig
 
 # (where, first step, end step): 8 reports each, 5 healthy ones between.
 PHASES = (("before_forward", 20, 52), ("between", 72, 104), ("after_optimizer", 124, 156))
-STEPS = 176
+STEPS = 184
 INTERVAL = 4
 SPIN_MS = 30.0
 FORWARD_MS = 10.0
