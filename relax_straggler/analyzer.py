@@ -45,6 +45,7 @@ from relax_straggler.report import Report, all_stages, build_report, kernel_all_
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 from relax_straggler.run_queue import RunQueueClock
 from relax_straggler.side_failure import SideFailure
+from relax_straggler.stack_sampler import StackSampler
 from relax_straggler.works import reason
 
 log = logging.getLogger(__name__)
@@ -155,6 +156,11 @@ class Analyzer:
         # Per-op records for the live what-if; none (and no per-op row) unless asked for.
         self._ops = OpRecorder(self._timer, self._gather.rank, config.max_ops) if config.max_ops else NULL_OPS
         self._run_queue = RunQueueClock()  # host contention of sampled steps
+        self._stacks = StackSampler()  # this rank's Python stack, once the metrics rank names it
+        # Metrics rank: the rank to ask for its stack in the next decision (-1 none; written by
+        # the report thread, read by the training thread) and the confirmed ranks already asked.
+        self._stack_wanted = -1
+        self._stack_asked: set[int] = set()
         # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
         self._kernels: Optional[KernelSource] = None
         if config.kernel_stats:
@@ -343,6 +349,7 @@ class Analyzer:
                 self._module_hooks.remove()
             self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
             self._run_queue.close()
+            self._stacks.close()
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.close())
             # The sinks get the bound less a reserve for the side group and the closables.
@@ -368,7 +375,7 @@ class Analyzer:
         due (every rank alike) and launches the next one."""
         self._gather.poll()
         try:
-            decision = self._lockstep.at_step(self._step, self._decide, self._last_step_s)
+            decision = self._lockstep.at_step(self._step, self._decide, self._last_step_s, self._stack_rank)
         except SideGroupFailed as exc:  # the metrics rank's decision did not come: a rank gone or stopped
             self._stop(exc.failure)
             return
@@ -394,8 +401,15 @@ class Analyzer:
                         self._step + self._lockstep.depth * self._lockstep.every + 1)
         return behind or backlog, stop
 
+    def _stack_rank(self) -> int:
+        """The rank the next decision asks for its stack (metrics rank), -1 none; asked once."""
+        rank, self._stack_wanted = self._stack_wanted, -1
+        return rank
+
     def _take(self, decision: Decision) -> None:
         """Applies the metrics rank's decision from the next step on (every rank at the same step)."""
+        if decision.stack_rank >= 0 and decision.stack_rank == self._gather.rank:
+            self._stacks.arm()
         if decision.command is not None:
             self._apply(decision.command, self._step + 1)
         if decision.hold != self._held:
@@ -436,6 +450,8 @@ class Analyzer:
     def _begin_step(self, step: int) -> None:
         if self._timer.begin_step(step):
             self._run_queue.start()
+            if self._stacks.armed:
+                self._stacks.step_began(self._last_step_s)
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.begin_step(step))
 
@@ -460,7 +476,7 @@ class Analyzer:
 
     def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
-                              self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms())
+                              self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms(), self._stacks.take())
         request = None if self._gather.is_metrics_rank else self._gather.failure  # the metrics rank decides itself
         pending = self._gather.gather(row, self._ops.take_row(sample.step), sample.step, request)
         if pending is not None and self._pipeline is not None:
@@ -495,12 +511,26 @@ class Analyzer:
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
         kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
         verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
-                                       groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms)
+                                       groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms,
+                                       stacks=report.stacks)
+        self._ask_for_stacks(verdict)
         report.metrics.update(verdict.metrics())
         if verdict.window is not None:
             report.metrics.update(verdict.window.metrics())
         report.metrics.update(self._whatif.metrics(pending.op_rows()))
         return dataclasses.replace(report, verdict=verdict)
+
+
+    def _ask_for_stacks(self, verdict: Any) -> None:
+        """Report thread: a rank newly confirmed a straggler is asked for its stack in the next
+        decision (the headline's first); a rank no longer confirmed may be asked again later."""
+        confirmed = verdict.straggler_ranks
+        self._stack_asked &= set(confirmed)
+        new = [f.rank for f in verdict.findings if f.state == "straggler" and f.rank >= 0
+               and f.rank not in self._stack_asked]
+        if new and self._stack_wanted < 0:
+            self._stack_wanted = new[0]
+            self._stack_asked.add(new[0])
 
 
 def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[list[Any]]) -> Any:

@@ -49,7 +49,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -57,6 +57,7 @@ from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
 from relax_straggler.payload import KernelMatrix
+from relax_straggler.stacks import StackSample
 from relax_straggler.stages import WORKLOAD_STAGES
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
@@ -177,6 +178,9 @@ class Facts:
     # median over the reports agreeing with the finding. NaN = not measured.
     run_queue_ms: float = float("nan")
     run_queue_excess_ms: float = float("nan")
+    # Where its training thread was: its most frequent frames over a few sampled steps after
+    # it was confirmed (relax_straggler.stack_sampler), when given to update(); None until then.
+    stack: Optional[StackSample] = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,8 @@ class Finding:
             line += f"; ranks {', '.join(map(str, self.facts.waiting_ranks))} waited on it"
         if self.facts.run_queue_excess_ms > 0:
             line += f"; its thread waited {self.facts.run_queue_excess_ms:.1f} ms more for a CPU than its group's"
+        if self.facts.stack is not None and self.facts.stack.frames:
+            line += f"; its training thread was in {self.facts.stack.describe()}"
         return f"{line}; cause: {self.cause}"
 
 
@@ -274,14 +280,18 @@ class ConfirmedVerdict:
                                           rank_to_node=rank_to_node)
         # Each report's run-queue wait beyond the group, per rank, for the reports a finding spans.
         self._run_queue: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
+        self._stacks: dict[int, StackSample] = {}  # rank -> its latest sampled stack while it is confirmed
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
                workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None,
-               run_queue_ms: Optional[Sequence[float]] = None) -> VerdictResult:
+               run_queue_ms: Optional[Sequence[float]] = None,
+               stacks: Optional[Mapping[int, StackSample]] = None) -> VerdictResult:
         """Judges one report. kernel: the report's kernel records in the cells of `ms` (ms,
         NaN = not measured; with a workload, per token as ms is) or None. run_queue_ms: (ranks,)
         each rank's training thread's wait for a CPU in the step, ms (NaN = not measured), or
-        None. Raises ValueError naming the malformed input."""
+        None. stacks: rank -> its sampled stack, for the ranks whose sample arrived with this
+        report; kept, and carried in the facts of its straggler findings, while the rank stays
+        confirmed. Raises ValueError naming the malformed input."""
         ms = np.ascontiguousarray(ms, dtype=np.float64)
         stages = tuple(stages)
         if ms.ndim != 2 or ms.shape[1] != len(stages):
@@ -312,6 +322,7 @@ class ConfirmedVerdict:
             findings = self._with_run_queue(step, findings, run_queue_ms, group_list, ms.shape[0], r.reset)
         if kernel is not None:  # refines what is still "compute"
             findings = tuple(_with_kernel_cause(f, kernel, stages, group_list) for f in findings)
+        findings = self._with_stacks(findings, stacks or {}, r.reset)
         return VerdictResult(step=r.step, status=C.state_name(r.status), findings=findings,
                              unjudged_ranks=tuple(r.unjudged_ranks), reports=r.reports, reset=r.reset,
                              window=window_result)
@@ -320,11 +331,26 @@ class ConfirmedVerdict:
         """Forgets every report (a new run)."""
         self._tracker.reset()
         self._run_queue.clear()
+        self._stacks.clear()
         if self._window is not None:
             self._window = WindowDetector(window=self._window.window, every=self._window.every,
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
                                           rank_to_node=self._window.rank_to_node)
 
+
+    def _with_stacks(self, findings: tuple[Finding, ...], stacks: Mapping[int, StackSample],
+                     reset: bool) -> tuple[Finding, ...]:
+        """The straggler findings with their rank's sampled stack; a rank no longer confirmed
+        forgets it."""
+        if reset:
+            self._stacks.clear()
+        self._stacks.update(stacks)
+        confirmed = {f.rank for f in findings if f.state == "straggler" and f.rank >= 0}
+        self._stacks = {rank: s for rank, s in self._stacks.items() if rank in confirmed}
+        if not self._stacks:
+            return findings
+        return tuple(dataclasses.replace(f, facts=dataclasses.replace(f.facts, stack=self._stacks[f.rank]))
+                     if f.state == "straggler" and f.rank in self._stacks else f for f in findings)
 
     def _with_run_queue(self, step: int, findings: tuple[Finding, ...], run_queue_ms: Sequence[float],
                         groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:

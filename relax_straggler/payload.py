@@ -7,6 +7,8 @@ One float64 row per rank:
   spanning every analyzed rank, in issue order (late-arrival evidence)
   (kernel_ms, idle_ms, nccl_ms) for every stage in STAGES order: what the kernel records of
   the stage's sections say (--straggler-kernel-stats, relax_straggler.kernel_evidence)
+  stack[STACK_LEN]: the rank's sampled Python stack, on the one step it travels after the
+  metrics rank named the rank (relax_straggler.stacks; NaN otherwise)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
 group given, forward passes not counted, no kernel records, no run-queue account). forward_passes: the
 rank's training forward passes so far (a step-drift check: relax_straggler.report.drifted_ranks);
@@ -26,6 +28,7 @@ from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
+from relax_straggler.stacks import STACK_LEN
 from relax_straggler.stages import STAGES
 
 HEADER = ("step", "tokens", "rank", "comparable_count", "group", "forward_passes", "run_queue_ms")
@@ -37,7 +40,8 @@ KERNEL_FIELDS = ("kernel_ms", "idle_ms", "nccl_ms")
 _H = len(HEADER)
 _BODY = len(FIELDS) * len(STAGES)
 _KERNEL_AT = _H + _BODY + MAX_COMPARABLE
-ROW_LEN = _KERNEL_AT + len(KERNEL_FIELDS) * len(STAGES)
+_STACK_AT = _KERNEL_AT + len(KERNEL_FIELDS) * len(STAGES)
+ROW_LEN = _STACK_AT + STACK_LEN
 
 
 class PendingRows(Protocol):
@@ -54,12 +58,15 @@ class PendingRows(Protocol):
 def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_ms: Sequence[float],
          waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
          group: Optional[int] = None, forward_passes: float = np.nan,
-         kernel: Optional[np.ndarray] = None, run_queue_ms: float = np.nan) -> np.ndarray:
+         kernel: Optional[np.ndarray] = None, run_queue_ms: float = np.nan,
+         stack: Optional[np.ndarray] = None) -> np.ndarray:
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
     forward passes so far, NaN when not counted; run_queue_ms: its training thread's wait for
     a CPU during the step, NaN when not measured; kernel: (len(STAGES), len(KERNEL_FIELDS))
-    ms from kernel records, None = not measured. Raises ValueError on a wrong kernel shape."""
+    ms from kernel records, None = not measured; stack: (STACK_LEN,) a sampled stack's
+    segment (relax_straggler.stacks.encode) or None. Raises ValueError on a wrong kernel or
+    stack shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
     row[0:_H] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes,
@@ -74,7 +81,12 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
         kernel = np.asarray(kernel, dtype=np.float64)
         if kernel.shape != (len(STAGES), len(KERNEL_FIELDS)):
             raise ValueError(f"pack: kernel must have shape ({len(STAGES)}, {len(KERNEL_FIELDS)}), got {kernel.shape}")
-        row[_KERNEL_AT:] = kernel.ravel()
+        row[_KERNEL_AT:_STACK_AT] = kernel.ravel()
+    if stack is not None:
+        stack = np.asarray(stack, dtype=np.float64)
+        if stack.shape != (STACK_LEN,):
+            raise ValueError(f"pack: stack must have shape ({STACK_LEN},), got {stack.shape}")
+        row[_STACK_AT:] = stack
     return row
 
 
@@ -121,6 +133,7 @@ class Gathered:
     forward_passes: np.ndarray
     run_queue_ms: np.ndarray
     kernel: Optional[KernelMatrix] = None
+    stack: Optional[np.ndarray] = None  # (ranks, STACK_LEN) sampled-stack segments, NaN where none travelled
 
     @property
     def num_ranks(self) -> int:
@@ -133,7 +146,7 @@ def unpack(rows: np.ndarray) -> Gathered:
     if rows.ndim != 2 or rows.shape[1] != ROW_LEN:
         raise ValueError(f"payload rows must have shape (ranks, {ROW_LEN}), got {rows.shape}")
     body = rows[:, _H:_H + _BODY].reshape(rows.shape[0], len(STAGES), len(FIELDS))
-    kernel = rows[:, _KERNEL_AT:].reshape(rows.shape[0], len(STAGES), len(KERNEL_FIELDS))
+    kernel = rows[:, _KERNEL_AT:_STACK_AT].reshape(rows.shape[0], len(STAGES), len(KERNEL_FIELDS))
     return Gathered(
         steps=rows[:, 0].copy(),
         tokens=rows[:, 1].copy(),
@@ -147,13 +160,14 @@ def unpack(rows: np.ndarray) -> Gathered:
         forward_passes=rows[:, HEADER.index("forward_passes")].copy(),
         run_queue_ms=rows[:, HEADER.index("run_queue_ms")].copy(),
         kernel=KernelMatrix(kernel[:, :, 0].copy(), kernel[:, :, 1].copy(), kernel[:, :, 2].copy()),
+        stack=rows[:, _STACK_AT:].copy(),
     )
 
 
 def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
                     forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None,
-                    run_queue_ms: float = np.nan) -> np.ndarray:
-    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms: as in pack). When the collective layer timed collectives, the
+                    run_queue_ms: float = np.nan, stack: Optional[np.ndarray] = None) -> np.ndarray:
+    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms, stack: as in pack). When the collective layer timed collectives, the
     communication stages come from them: `communication` is the wall time with a
     collective in flight and `communication/<op>` the summed durations per op. The
     `untimed` stage is the sample's untimed_ms (NaN: not measured)."""
@@ -180,7 +194,7 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
         waited[sid] = 0.0
         calls[sid] = 1.0
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,
-                kernel, run_queue_ms)
+                kernel, run_queue_ms, stack)
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on

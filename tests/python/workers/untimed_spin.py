@@ -16,9 +16,12 @@ import torch.nn as nn
 import relax_straggler
 from relax_straggler import StragglerConfig
 
-# (where, first step, end step): 8 reports each, 5 healthy ones between.
-PHASES = (("before_forward", 20, 52), ("between", 72, 104), ("after_optimizer", 124, 156))
-STEPS = 184
+# (where, first step, end step): 8 reports each (13 the first: its confirmation's stack
+# sample arrives 16 steps after the decision asking for it, then takes 3 sampled steps),
+# 5 healthy ones between.
+PHASES = (("before_forward", 20, 72), ("between", 92, 124), ("after_optimizer", 144, 176))
+STEPS = 204
+CONTROL_EVERY = 4
 INTERVAL = 4
 SPIN_MS = 30.0
 FORWARD_MS = 10.0
@@ -54,7 +57,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(Sleepy())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    config = StragglerConfig(enabled=True, interval=INTERVAL, warmup_steps=WARMUP,
+    config = StragglerConfig(enabled=True, interval=INTERVAL, warmup_steps=WARMUP, control_every=CONTROL_EVERY,
                              jsonl_path=os.path.join(out, "straggler.jsonl"))
     analyzer = relax_straggler.install(model, opt, config=config)
     gen = torch.Generator().manual_seed(rank)
