@@ -36,7 +36,7 @@ from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.control import ControlCommand, ControlFile
 from relax_straggler.gc_pauses import GcPauses
 from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
-from relax_straggler.stages import STAGES, stage_id
+from relax_straggler.stages import MEASURED_STAGES, STAGES, check_section
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.join import JoinTimeout, meet
 from relax_straggler.kernel_evidence import KernelSource, open_source
@@ -48,13 +48,14 @@ from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, Repo
 from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
 from relax_straggler.side_failure import SideFailure
+from relax_straggler.stack_sampler import StackSampler
 from relax_straggler.works import reason
 
 log = logging.getLogger(__name__)
 
 _NULL_SECTION: ContextManager[None] = contextlib.nullcontext()
 SHUTDOWN_TIMEOUT_S = 5.0  # uninstall()'s default bound, seconds
-_STAGE_NAMES = frozenset(STAGES)
+_STAGE_NAMES = frozenset(STAGES) - frozenset(MEASURED_STAGES)  # the stages a section may time
 
 Models = Union[torch.nn.Module, Sequence[torch.nn.Module], None]
 
@@ -75,7 +76,7 @@ def _workload(tokens: Any) -> float:
 
 
 def _check_stage(name: str) -> None:
-    stage_id(name)  # raises the ValueError listing the stages
+    check_section(name)  # raises the ValueError listing the stages
 
 
 class NullAnalyzer:
@@ -123,7 +124,7 @@ class Analyzer:
         self._step_label = step_label
         use_cuda = _use_cuda(config, models)
         self._timer = C.StageTimer(len(STAGES), config.interval, config.warmup_steps, config.max_events, use_cuda)
-        self._sections = {name: self._timer.section(stage_id(name)) for name in STAGES}
+        self._sections = {name: self._timer.section(STAGES.index(name)) for name in sorted(_STAGE_NAMES)}
         self._step = 0
         self._tokens = math.nan
         self._lock = threading.Lock()
@@ -160,6 +161,11 @@ class Analyzer:
         self._ops = OpRecorder(self._timer, self._gather.rank, config.max_ops) if config.max_ops else NULL_OPS
         self._run_queue = RunQueueClock()  # host contention of sampled steps
         self._gc = GcPauses()  # garbage-collection pauses of every step, taken with each sampled row
+        self._stacks = StackSampler()  # this rank's Python stack, once the metrics rank names it
+        # Metrics rank: the rank to ask for its stack in the next decision (-1 none; written by
+        # the report thread, read by the training thread) and the confirmed ranks already asked.
+        self._stack_wanted = -1
+        self._stack_asked: set[int] = set()
         # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
         self._kernels: Optional[KernelSource] = None
         if config.kernel_stats:
@@ -363,6 +369,7 @@ class Analyzer:
             self._timer.begin_step(-1)  # step -1 is never sampled: sections become no-ops
             self._run_queue.close()
             self._gc.remove()
+            self._stacks.close()
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.close())
             # The sinks get the bound less a reserve for the side group and the closables.
@@ -405,7 +412,7 @@ class Analyzer:
         due (every rank alike) and launches the next one."""
         self._gather.poll()
         try:
-            decision = self._lockstep.at_step(self._step, self._decide, self._last_step_s)
+            decision = self._lockstep.at_step(self._step, self._decide, self._last_step_s, self._stack_rank)
         except SideGroupFailed as exc:  # the metrics rank's decision did not come: a rank gone or stopped
             self._stop(exc.failure)
             return
@@ -431,8 +438,15 @@ class Analyzer:
                         self._step + self._lockstep.depth * self._lockstep.every + 1)
         return behind or backlog, stop
 
+    def _stack_rank(self) -> int:
+        """The rank the next decision asks for its stack (metrics rank), -1 none; asked once."""
+        rank, self._stack_wanted = self._stack_wanted, -1
+        return rank
+
     def _take(self, decision: Decision) -> None:
         """Applies the metrics rank's decision from the next step on (every rank at the same step)."""
+        if decision.stack_rank >= 0 and decision.stack_rank == self._gather.rank:
+            self._stacks.arm()
         if decision.command is not None:
             self._apply(decision.command, self._step + 1)
         if decision.hold != self._held:
@@ -474,6 +488,8 @@ class Analyzer:
         if self._timer.begin_step(step):
             self._run_queue.start()
             self._gc.mark(step)
+            if self._stacks.armed:
+                self._stacks.step_began(self._last_step_s)
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.begin_step(step))
 
@@ -499,7 +515,7 @@ class Analyzer:
     def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
                               self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms(),
-                              self._gc.take(self._step))
+                              self._gc.take(self._step), self._stacks.take())
         request = None if self._gather.is_metrics_rank else self._gather.failure  # the metrics rank decides itself
         pending = self._gather.gather(row, self._ops.take_row(sample.step), sample.step, request)
         if pending is not None and self._pipeline is not None:
@@ -535,12 +551,25 @@ class Analyzer:
         kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
         verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
                                        groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms,
-                                       gc=report.gc)
+                                       gc=report.gc, stacks=report.stacks)
+        self._ask_for_stacks(verdict)
         report.metrics.update(verdict.metrics())
         if verdict.window is not None:
             report.metrics.update(verdict.window.metrics())
         report.metrics.update(self._whatif.metrics(pending.op_rows()))
         return dataclasses.replace(report, verdict=verdict)
+
+
+    def _ask_for_stacks(self, verdict: Any) -> None:
+        """Report thread: a rank newly confirmed a straggler is asked for its stack in the next
+        decision (the headline's first); a rank no longer confirmed may be asked again later."""
+        confirmed = verdict.straggler_ranks
+        self._stack_asked &= set(confirmed)
+        new = [f.rank for f in verdict.findings if f.state == "straggler" and f.rank >= 0
+               and f.rank not in self._stack_asked]
+        if new and self._stack_wanted < 0:
+            self._stack_wanted = new[0]
+            self._stack_asked.add(new[0])
 
 
 def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[list[Any]]) -> Any:

@@ -52,7 +52,8 @@ class StragglerConfig:
                                               "report.", action="store_true")
     confirm_reports: int = flag_field(3, "Sampled reports in a row a rank must be slow in before it is confirmed a "
                                          "straggler (straggler/verdict/*).")
-    recover_reports: int = flag_field(3, "Healthy reports in a row before a confirmed straggler is recovered.")
+    recover_reports: int = flag_field(2, "Reports in a row without evidence before a confirmed straggler is released "
+                                                  "(recovered).")
     control_file: Optional[str] = flag_field(
         None, "Runtime control: a JSON command in this file ({\"enabled\": false}, {\"interval\": 20}, "
               "{\"relative_threshold\": 1.3}) is read by the metrics rank and applied on every rank at the same "

@@ -28,8 +28,9 @@ place in its group, for shifts smaller than one report's noise), or named by the
 ensemble with a mean ratio that agrees),
 ``recovered``, ``imbalance`` (a whole group slower: structural), ``insufficient_evidence``
 (nothing judgeable yet, or every rank alone in its group). Facts (measured) and cause
-(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``, and
-from kernel records ``device`` or ``host``) are separate fields. Given kernel records
+(inferred: ``compute``, ``communication_link``, ``data``, ``imbalance``, ``unknown``,
+``untimed_code`` (slow in the measured ``untimed`` stage: the rank's own code outside every
+timed section), and from kernel records ``device`` or ``host``) are separate fields. Given kernel records
 (``update(..., kernel=)``, --straggler-kernel-stats), a ``compute`` cause is refined by the
 engine's rule (csrc/core/confirm/kernel_cause.h): ``device`` (its kernels ran longer than
 its group's), ``host`` (its stream sat idle longer) or ``communication_link`` (its NCCL
@@ -57,7 +58,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -65,15 +66,17 @@ from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
 from relax_straggler.payload import GC_FIELDS, GcPauseRows, KernelMatrix
+from relax_straggler.stacks import StackSample
 from relax_straggler.stages import WORKLOAD_STAGES
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
-CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention", "gc")
+CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention", "gc",
+          "untimed_code")
 # The causes run-queue evidence can overturn: what a slow rank's time looked like, not a
 # measurement of its device (kernel records) or a whole group (imbalance).
-_CONTENDABLE = frozenset(("compute", "communication_link", "data", "unknown"))
+_CONTENDABLE = frozenset(("compute", "communication_link", "data", "unknown", "untimed_code"))
 # The share of a finding's excess the rank's extra run-queue wait must explain to name host
 # contention: the larger part of the time it lost was spent waiting for a CPU.
 HOST_CONTENTION_SHARE = 0.5
@@ -112,7 +115,7 @@ class ConfirmConfig:
     min_impact: float = 0.02
     noise_sigmas: float = 4.0
     confirm_reports: int = 3
-    recover_reports: int = 3
+    recover_reports: int = 2
     min_reports: int = 2
     history: int = 8
     noise_memory: int = 16
@@ -203,6 +206,9 @@ class Facts:
     gc_excess_ms: float = float("nan")
     gc_step_ms: float = float("nan")
     gc_step_excess_ms: float = float("nan")
+    # Where its training thread was: its most frequent frames over a few sampled steps after
+    # it was confirmed (relax_straggler.stack_sampler), when given to update(); None until then.
+    stack: Optional[StackSample] = None
 
 
 @dataclass(frozen=True)
@@ -242,6 +248,8 @@ class Finding:
                      f"{self.facts.gc_excess_ms:.1f} ms a step more than its group's")
             if self.facts.gc_step_excess_ms > 0:
                 line += f", {self.facts.gc_step_excess_ms:.1f} ms more in this step"
+        if self.facts.stack is not None and self.facts.stack.frames:
+            line += f"; its training thread was in {self.facts.stack.describe()}"
         return f"{line}; cause: {self.cause}"
 
 
@@ -250,7 +258,7 @@ class VerdictResult:
     """The confirmed verdict after one report."""
 
     step: int
-    status: str  # one of STATES: the most severe over the findings
+    status: str  # one of STATES: the most severe over the findings but suspected (a finding, not the job's state)
     findings: tuple[Finding, ...]  # stragglers first, then imbalance, suspected, recovered
     unjudged_ranks: tuple[int, ...]  # alone in their comparison group
     reports: int  # reports seen since the last reset
@@ -267,17 +275,20 @@ class VerdictResult:
         return tuple(sorted({f.rank for f in self.findings if f.state == "straggler" and f.rank >= 0}))
 
     def metrics(self) -> dict[str, Any]:
-        """straggler/verdict/* of this report. rank is named only in state straggler (else -1)."""
+        """straggler/verdict/* of this report. The headline has a subject or is empty: a rank
+        in state straggler, or a group in state imbalance (rank -1); otherwise (suspected,
+        recovered, healthy) rank -1, stage and cause "none", since_step -1, confidence 0,
+        ratio 1."""
         p = self.primary
-        named = p is not None and p.state == "straggler"
+        subject = p if p is not None and p.state in ("straggler", "imbalance") else None
         return {
             "straggler/verdict/status": self.status,
-            "straggler/verdict/rank": p.rank if named else -1,
-            "straggler/verdict/stage": p.stage if p is not None else "none",
-            "straggler/verdict/cause": p.cause if p is not None else "none",
-            "straggler/verdict/since_step": p.since_step if p is not None else -1,
-            "straggler/verdict/confidence": p.confidence if p is not None else 0.0,
-            "straggler/verdict/ratio": p.ratio if p is not None else 1.0,
+            "straggler/verdict/rank": subject.rank if subject is not None else -1,
+            "straggler/verdict/stage": subject.stage if subject is not None else "none",
+            "straggler/verdict/cause": subject.cause if subject is not None else "none",
+            "straggler/verdict/since_step": subject.since_step if subject is not None else -1,
+            "straggler/verdict/confidence": subject.confidence if subject is not None else 0.0,
+            "straggler/verdict/ratio": subject.ratio if subject is not None else 1.0,
         }
 
 
@@ -308,17 +319,21 @@ class ConfirmedVerdict:
         self._run_queue: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
         # Each report's GC pauses, (ranks, len(GC_FIELDS)), for the reports a finding spans.
         self._gc: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
+        self._stacks: dict[int, StackSample] = {}  # rank -> its latest sampled stack while it is confirmed
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
                workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None,
                run_queue_ms: Optional[Sequence[float]] = None,
-               gc: Optional[GcPauseRows] = None) -> VerdictResult:
+               gc: Optional[GcPauseRows] = None,
+               stacks: Optional[Mapping[int, StackSample]] = None) -> VerdictResult:
         """Judges one report. kernel: the report's kernel records in the cells of `ms` (ms,
         NaN = not measured; with a workload, per token as ms is) or None. run_queue_ms: (ranks,)
         each rank's training thread's wait for a CPU in the step, ms (NaN = not measured), or
         None. gc: each rank's garbage-collection pauses over the steps since its previous row
-        (relax_straggler.payload.GcPauseRows, NaN = not measured), or None. Raises ValueError
-        naming the malformed input."""
+        (relax_straggler.payload.GcPauseRows, NaN = not measured), or None. stacks: rank -> its
+        sampled stack, for the ranks whose sample arrived with this report; kept, and carried
+        in the facts of its straggler findings, while the rank stays confirmed. Raises
+        ValueError naming the malformed input."""
         ms = np.ascontiguousarray(ms, dtype=np.float64)
         stages = tuple(stages)
         if ms.ndim != 2 or ms.shape[1] != len(stages):
@@ -344,13 +359,14 @@ class ConfirmedVerdict:
                                                         for a in window_result.anomalies],
                                             list(window_result.link_suspects))
         r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
-        findings = tuple(_finding(f) for f in r.findings)
+        findings = tuple(_with_untimed_cause(_finding(f)) for f in r.findings)
         if run_queue_ms is not None:
             findings = self._with_run_queue(step, findings, run_queue_ms, group_list, ms.shape[0], r.reset)
         if gc is not None:
             findings = self._with_gc(step, findings, gc, group_list, ms.shape[0], r.reset)
         if kernel is not None:  # refines what is still "compute"
             findings = tuple(_with_kernel_cause(f, kernel, stages, group_list) for f in findings)
+        findings = self._with_stacks(findings, stacks or {}, r.reset)
         return VerdictResult(step=r.step, status=C.state_name(r.status), findings=findings,
                              unjudged_ranks=tuple(r.unjudged_ranks), reports=r.reports, reset=r.reset,
                              window=window_result)
@@ -360,11 +376,26 @@ class ConfirmedVerdict:
         self._tracker.reset()
         self._run_queue.clear()
         self._gc.clear()
+        self._stacks.clear()
         if self._window is not None:
             self._window = WindowDetector(window=self._window.window, every=self._window.every,
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
                                           rank_to_node=self._window.rank_to_node)
 
+
+    def _with_stacks(self, findings: tuple[Finding, ...], stacks: Mapping[int, StackSample],
+                     reset: bool) -> tuple[Finding, ...]:
+        """The straggler findings with their rank's sampled stack; a rank no longer confirmed
+        forgets it."""
+        if reset:
+            self._stacks.clear()
+        self._stacks.update(stacks)
+        confirmed = {f.rank for f in findings if f.state == "straggler" and f.rank >= 0}
+        self._stacks = {rank: s for rank, s in self._stacks.items() if rank in confirmed}
+        if not self._stacks:
+            return findings
+        return tuple(dataclasses.replace(f, facts=dataclasses.replace(f.facts, stack=self._stacks[f.rank]))
+                     if f.state == "straggler" and f.rank in self._stacks else f for f in findings)
 
     def _with_run_queue(self, step: int, findings: tuple[Finding, ...], run_queue_ms: Sequence[float],
                         groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:
@@ -472,6 +503,15 @@ def _per_token(ms: np.ndarray, stages: tuple[str, ...], tokens: Sequence[float])
     if workload.shape != (ms.shape[0],) or not np.all(np.isfinite(workload) & (workload > 0)):
         raise ValueError(f"workload must hold one finite value > 0 per rank ({ms.shape[0]})")
     return normalize_workload(ms, stages, workload)
+
+
+def _with_untimed_cause(f: Finding) -> Finding:
+    """`f` with cause untimed_code where the engine judged the measured `untimed` stage (the
+    step's time outside every timed section, judged as compute): the rank's own code between
+    sections, which no section names."""
+    if f.stage == "untimed" and f.cause == "compute":
+        return dataclasses.replace(f, cause="untimed_code")
+    return f
 
 
 def _with_kernel_cause(f: Finding, kernel: KernelMatrix, stages: tuple[str, ...],

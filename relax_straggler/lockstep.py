@@ -20,6 +20,8 @@ What the metrics rank decides, from what it sees when it launches the decision:
          unfinished (a rank that far behind), or its report queue is half full (the
          report thread behind). The coming period samples nothing, on every rank alike;
          the next decision resumes sampling when the backlog is gone.
+  stack  a rank newly confirmed a straggler, which then samples its training thread's
+         Python stack on its next sampled steps (relax_straggler.stack_sampler); -1: none.
 Nothing else travels: there is no other wait and no other message.
 """
 
@@ -52,11 +54,13 @@ def depth_for(every: int) -> int:
 class Decision:
     """What every rank applies from the step after the one it is read at. command: the
     operator's command read from the control file, or None; hold: the period samples
-    nothing (the metrics rank is behind); stop: the analysis ends, for this failure."""
+    nothing (the metrics rank is behind); stop: the analysis ends, for this failure;
+    stack_rank: the rank (index in the analyzed group) that samples its stack, -1 none."""
 
     command: Optional[ControlCommand] = None
     hold: bool = False
     stop: Optional[SideFailure] = None
+    stack_rank: int = -1
 
 
 class SideGroupFailed(RuntimeError):
@@ -69,8 +73,9 @@ class SideGroupFailed(RuntimeError):
 
 def encode(sequence: int, decision: Decision) -> np.ndarray:
     # [sequence, enabled (-1 unchanged, 0, 1), interval (0 unchanged), relative_threshold,
-    # absolute_ms_threshold (NaN unchanged), hold (0, 1), stop code (0: none), stop rank, stop step]
-    row = np.array([sequence, -1, 0, math.nan, math.nan, 0, 0, -1, -1], dtype=np.float64)
+    # absolute_ms_threshold (NaN unchanged), hold (0, 1), stop code (0: none), stop rank, stop step,
+    # stack rank (-1: none)]
+    row = np.array([sequence, -1, 0, math.nan, math.nan, 0, 0, -1, -1, decision.stack_rank], dtype=np.float64)
     command = decision.command
     if command is not None:
         if command.enabled is not None:
@@ -92,7 +97,7 @@ def decode(row: np.ndarray) -> Decision:
                              None if math.isnan(row[3]) else float(row[3]),
                              None if math.isnan(row[4]) else float(row[4]))
     stop = SideFailure(int(row[7]), int(row[6]), int(row[8])) if row[6] > 0 else None
-    return Decision(command if command.changes() else None, bool(row[5]), stop)
+    return Decision(command if command.changes() else None, bool(row[5]), stop, int(row[9]))
 
 
 _ROW = len(encode(0, Decision()))
@@ -107,7 +112,7 @@ class LockstepChannel:
     called by every rank at the end of every step; at a decision step it returns the
     decision to apply from the next step on, identical on every rank (None before the
     first is due), and launches the next one: on the metrics rank decide() -> (hold, stop)
-    says what it is. Raises SideGroupFailed when the decision due could not be read within
+    says what it is, and stack_rank(), when given, the rank asked for its stack. Raises SideGroupFailed when the decision due could not be read within
     grace_s (capped at MAX_GRACE_S) or its broadcast failed.
     """
 
@@ -128,7 +133,7 @@ class LockstepChannel:
         return self._file.refused if self._file is not None else 0
 
     def at_step(self, step: int, decide: Callable[[], tuple[bool, Optional[SideFailure]]],
-                grace_s: float) -> Optional[Decision]:
+                grace_s: float, stack_rank: Optional[Callable[[], int]] = None) -> Optional[Decision]:
         if step % self.every:
             return None
         applied = None
@@ -154,7 +159,8 @@ class LockstepChannel:
         own = None
         if self.is_source:
             hold, stop = decide()
-            own = Decision(self._file.poll() if self._file is not None else None, hold, stop)
+            own = Decision(self._file.poll() if self._file is not None else None, hold, stop,
+                           stack_rank() if stack_rank is not None else -1)
             buffer = torch.from_numpy(encode(self._sequence, own))
         else:
             buffer = torch.full((_ROW,), math.nan, dtype=torch.float64)
@@ -192,12 +198,13 @@ class LocalLockstep:
         return self._file.refused if self._file is not None else 0
 
     def at_step(self, step: int, decide: Callable[[], tuple[bool, Optional[SideFailure]]],
-                grace_s: float) -> Optional[Decision]:
+                grace_s: float, stack_rank: Optional[Callable[[], int]] = None) -> Optional[Decision]:
         if step % self.every:
             return None
         applied = self._due.popleft() if len(self._due) >= self.depth else None
         hold, stop = decide()
-        self._due.append(Decision(self._file.poll() if self._file is not None else None, hold, stop))
+        self._due.append(Decision(self._file.poll() if self._file is not None else None, hold, stop,
+                                  stack_rank() if stack_rank is not None else -1))
         return applied
 
     def close(self, timeout_s: float = 5.0) -> bool:

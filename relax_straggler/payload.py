@@ -8,6 +8,8 @@ One float64 row per rank:
   spanning every analyzed rank, in issue order (late-arrival evidence)
   (kernel_ms, idle_ms, nccl_ms) for every stage in STAGES order: what the kernel records of
   the stage's sections say (--straggler-kernel-stats, relax_straggler.kernel_evidence)
+  stack[STACK_LEN]: the rank's sampled Python stack, on the one step it travels after the
+  metrics rank named the rank (relax_straggler.stacks; NaN otherwise)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
 group given, forward passes not counted, no kernel records, no run-queue account, no GC account). forward_passes: the
 rank's training forward passes so far (a step-drift check: relax_straggler.report.drifted_ranks);
@@ -22,11 +24,13 @@ the same gather.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
+from relax_straggler.stacks import STACK_LEN
 from relax_straggler.stages import STAGES
 
 # Garbage-collection pauses over every step since the previous row: pause time (ms) and
@@ -43,7 +47,8 @@ _H = len(HEADER)
 _GC_AT = HEADER.index(GC_FIELDS[0])
 _BODY = len(FIELDS) * len(STAGES)
 _KERNEL_AT = _H + _BODY + MAX_COMPARABLE
-ROW_LEN = _KERNEL_AT + len(KERNEL_FIELDS) * len(STAGES)
+_STACK_AT = _KERNEL_AT + len(KERNEL_FIELDS) * len(STAGES)
+ROW_LEN = _STACK_AT + STACK_LEN
 
 
 class PendingRows(Protocol):
@@ -61,13 +66,15 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
          waited_ms: Sequence[float], calls: Sequence[float], comparable_ms: Sequence[float] = (),
          group: Optional[int] = None, forward_passes: float = np.nan,
          kernel: Optional[np.ndarray] = None, run_queue_ms: float = np.nan,
-         gc: Optional[Sequence[float]] = None) -> np.ndarray:
+         gc: Optional[Sequence[float]] = None, stack: Optional[np.ndarray] = None) -> np.ndarray:
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
     forward passes so far, NaN when not counted; run_queue_ms: its training thread's wait for
     a CPU during the step, NaN when not measured; gc: its GC_FIELDS (relax_straggler.gc_pauses),
     None = not measured; kernel: (len(STAGES), len(KERNEL_FIELDS)) ms from kernel records,
-    None = not measured. Raises ValueError on a wrong kernel or gc shape."""
+    None = not measured; stack: (STACK_LEN,) a sampled stack's segment
+    (relax_straggler.stacks.encode) or None. Raises ValueError on a wrong kernel, gc or stack
+    shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
     row[0:_GC_AT] = (step, tokens, rank, len(comparable), np.nan if group is None else group, forward_passes,
@@ -87,7 +94,12 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
         kernel = np.asarray(kernel, dtype=np.float64)
         if kernel.shape != (len(STAGES), len(KERNEL_FIELDS)):
             raise ValueError(f"pack: kernel must have shape ({len(STAGES)}, {len(KERNEL_FIELDS)}), got {kernel.shape}")
-        row[_KERNEL_AT:] = kernel.ravel()
+        row[_KERNEL_AT:_STACK_AT] = kernel.ravel()
+    if stack is not None:
+        stack = np.asarray(stack, dtype=np.float64)
+        if stack.shape != (STACK_LEN,):
+            raise ValueError(f"pack: stack must have shape ({STACK_LEN},), got {stack.shape}")
+        row[_STACK_AT:] = stack
     return row
 
 
@@ -141,7 +153,8 @@ class Gathered:
     comparable_ms (ranks, MAX_COMPARABLE) with comparable_count valid entries per rank,
     groups (ranks,) int64 comparison group ids, -1 where a rank gave none, forward_passes
     (ranks,) float64, NaN where not counted, run_queue_ms (ranks,) float64, NaN where not
-    measured, gc the garbage-collection pauses (None only where built without rows)."""
+    measured, gc the garbage-collection pauses (None only where built without rows), stack
+    the sampled-stack segments."""
 
     steps: np.ndarray
     tokens: np.ndarray
@@ -156,6 +169,7 @@ class Gathered:
     run_queue_ms: np.ndarray
     kernel: Optional[KernelMatrix] = None
     gc: Optional[GcPauseRows] = None
+    stack: Optional[np.ndarray] = None  # (ranks, STACK_LEN) sampled-stack segments, NaN where none travelled
 
     @property
     def num_ranks(self) -> int:
@@ -168,7 +182,7 @@ def unpack(rows: np.ndarray) -> Gathered:
     if rows.ndim != 2 or rows.shape[1] != ROW_LEN:
         raise ValueError(f"payload rows must have shape (ranks, {ROW_LEN}), got {rows.shape}")
     body = rows[:, _H:_H + _BODY].reshape(rows.shape[0], len(STAGES), len(FIELDS))
-    kernel = rows[:, _KERNEL_AT:].reshape(rows.shape[0], len(STAGES), len(KERNEL_FIELDS))
+    kernel = rows[:, _KERNEL_AT:_STACK_AT].reshape(rows.shape[0], len(STAGES), len(KERNEL_FIELDS))
     return Gathered(
         steps=rows[:, 0].copy(),
         tokens=rows[:, 1].copy(),
@@ -183,15 +197,19 @@ def unpack(rows: np.ndarray) -> Gathered:
         run_queue_ms=rows[:, HEADER.index("run_queue_ms")].copy(),
         kernel=KernelMatrix(kernel[:, :, 0].copy(), kernel[:, :, 1].copy(), kernel[:, :, 2].copy()),
         gc=GcPauseRows(*(rows[:, HEADER.index(name)].copy() for name in GC_FIELDS)),
+        stack=rows[:, _STACK_AT:].copy(),
     )
 
 
 def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
                     forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None,
-                    run_queue_ms: float = np.nan, gc: Optional[Sequence[float]] = None) -> np.ndarray:
-    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms, gc: as in pack). When the collective layer timed collectives, the
-    communication stages come from them: `communication` is the wall time with a
-    collective in flight and `communication/<op>` the summed durations per op."""
+                    run_queue_ms: float = np.nan, gc: Optional[Sequence[float]] = None,
+                    stack: Optional[np.ndarray] = None) -> np.ndarray:
+    """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms, gc, stack:
+    as in pack). When the collective layer timed collectives, the communication stages come
+    from them: `communication` is the wall time with a
+    collective in flight and `communication/<op>` the summed durations per op. The
+    `untimed` stage is the sample's untimed_ms (NaN: not measured)."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
 
     device = np.array(sample.device_ms, dtype=np.float64)
@@ -208,8 +226,14 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             device[sid] = host[sid] = ms
             waited[sid] = 0.0
             calls[sid] = n
+    untimed = float(sample.untimed_ms)
+    if math.isfinite(untimed):  # a measured stage: the timer's host time outside every section
+        sid = stage_id("untimed")
+        device[sid] = host[sid] = untimed
+        waited[sid] = 0.0
+        calls[sid] = 1.0
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,
-                kernel, run_queue_ms, gc)
+                kernel, run_queue_ms, gc, stack)
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on

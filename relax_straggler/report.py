@@ -45,6 +45,7 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.payload import Gathered, GcPauseRows, KernelMatrix
+from relax_straggler.stacks import StackSample, decode
 from relax_straggler.stages import STAGES, is_communication
 from relax_straggler.workload import normalize_workload
 
@@ -74,6 +75,7 @@ class Report:
     kernel: Optional[KernelMatrix] = None  # (ranks, len(stages)) with --straggler-kernel-stats, judged like device_ms
     run_queue_ms: Optional[np.ndarray] = None  # (ranks,) training thread's wait for a CPU in the step, NaN = not measured
     gc: Optional[GcPauseRows] = None  # (ranks,) per field: GC pauses over the steps since each rank's previous row
+    stacks: dict[int, StackSample] = field(default_factory=dict)  # rank -> its sampled stack, where one travelled
 
     @property
     def num_ranks(self) -> int:
@@ -284,4 +286,22 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
         kernel=kernel,
         run_queue_ms=np.where(mismatched | drifted, np.nan, gathered.run_queue_ms),
         gc=None if gathered.gc is None else gathered.gc.masked(mismatched | drifted),
+        stacks=_stacks(gathered, mismatched | drifted),
     )
+
+
+def _stacks(gathered: Gathered, skipped: np.ndarray) -> dict[int, StackSample]:
+    """The sampled stacks that travelled in the rows (rank -> sample), but for rows not judged;
+    a malformed one is logged once and left out."""
+    out: dict[int, StackSample] = {}
+    if gathered.stack is None:
+        return out
+    for rank in np.flatnonzero(np.isfinite(gathered.stack[:, 0]) & ~skipped):
+        try:
+            sample = decode(gathered.stack[rank])
+        except ValueError as exc:
+            _warn_once("stack", "relax_straggler: rank %d's stack sample is malformed (%s); left out", int(rank), exc)
+            continue
+        if sample is not None:
+            out[int(rank)] = sample
+    return out

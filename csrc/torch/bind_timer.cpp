@@ -53,7 +53,9 @@ void bind_timer(py::module_& m) {
       .def_readonly("comm_total_ms", &StepSample::comm_total_ms)
       .def_readonly("wait_total_ms", &StepSample::wait_total_ms)
       .def_readonly("comparable_ms", &StepSample::comparable_ms)
-      .def_readonly("comm_incomplete", &StepSample::comm_incomplete);
+      .def_readonly("comm_incomplete", &StepSample::comm_incomplete)
+      .def_readonly("untimed_ms", &StepSample::untimed_ms,
+                    "host wall time of the step outside every section, collective and wait, ms (NaN: unknown)");
 
   py::enum_<CommOp>(m, "CommOp", "Collective kinds; the first seven are the communication/<op> stages.")
       .value("ALLREDUCE", CommOp::kAllreduce)

@@ -111,6 +111,7 @@ bool StageTimer::begin_step(std::int64_t step) {
   reset_step_state();
   step_ = step;
   const bool sampled = step >= warmup_steps_ && step % interval_ == 0;
+  if (sampled) step_begin_ns_ = HostEventPool::now_ns();
   sampled_.store(sampled, std::memory_order_relaxed);
   return sampled;
 }
@@ -145,9 +146,10 @@ void StageTimer::stop(int stage) {
   if (--depth_[s] > 0 || open_slot_[s] == kNoSlot) return;
   record(open_slot_[s] + 1);
   if (observer_.fn != nullptr) observer_.fn(observer_.ctx, stage, 0);
-  host_ms_[s] += static_cast<double>(HostEventPool::now_ns() - host_start_ns_[s]) * 1e-6;
+  const std::int64_t now = HostEventPool::now_ns();
+  host_ms_[s] += static_cast<double>(now - host_start_ns_[s]) * 1e-6;
   ++calls_[s];
-  sections_.push_back(Pair{stage, open_slot_[s], open_slot_[s] + 1, true, false, 0});
+  sections_.push_back(Pair{stage, open_slot_[s], open_slot_[s] + 1, true, false, 0, host_start_ns_[s], now});
   open_slot_[s] = kNoSlot;
 }
 
@@ -160,7 +162,7 @@ std::int64_t StageTimer::open_pair(std::vector<Pair>& pairs, int kind, bool comp
     return -1;
   }
   record(slot);
-  pairs.push_back(Pair{kind, slot, slot + 1, false, comparable, bytes});
+  pairs.push_back(Pair{kind, slot, slot + 1, false, comparable, bytes, HostEventPool::now_ns(), 0});
   return token_of(pairs.size() - 1);
 }
 
@@ -169,6 +171,7 @@ StageTimer::Pair* StageTimer::close_pair(std::vector<Pair>& pairs, std::int64_t 
   if (p == nullptr) return nullptr;  // not recorded, already ended, or from an earlier step
   record(p->end_slot);
   p->ended = true;
+  p->host_end_ns = HostEventPool::now_ns();
   return p;
 }
 
@@ -179,7 +182,9 @@ std::int64_t StageTimer::comm_begin(CommOp op, bool comparable, std::int64_t byt
 void StageTimer::comm_end(std::int64_t token, bool blocking) {
   std::lock_guard<std::mutex> lock(mu_);
   const Pair* p = close_pair(comms_, token);
-  if (p != nullptr && blocking) waits_.push_back(Pair{-1, p->start_slot, p->end_slot, true, false, 0});
+  if (p != nullptr && blocking) {
+    waits_.push_back(Pair{-1, p->start_slot, p->end_slot, true, false, 0, p->host_begin_ns, p->host_end_ns});
+  }
 }
 
 std::int64_t StageTimer::wait_begin() { return open_pair(waits_, -1, false, 0); }
@@ -191,6 +196,24 @@ void StageTimer::wait_end(std::int64_t token) {
 
 double StageTimer::offset_ms(std::size_t slot) { return pool_->elapsed_ms(0, slot); }
 
+double StageTimer::untimed_ms(std::int64_t end_ns) const {
+  // On the host clock whatever the pool's: the training thread's own time, which a device
+  // timeline does not show. Sections, collectives and waits still open end now.
+  if (std::find(lost_.begin(), lost_.end(), true) != lost_.end()) return kNaN;
+  const auto ms = [&](std::int64_t ns) {
+    return static_cast<double>(std::clamp(ns, step_begin_ns_, end_ns) - step_begin_ns_) * 1e-6;
+  };
+  std::vector<Interval> spans;
+  spans.reserve(sections_.size() + comms_.size() + waits_.size() + depth_.size());
+  for (const std::vector<Pair>* pairs : {&sections_, &comms_, &waits_}) {
+    for (const Pair& p : *pairs) spans.push_back(Interval{ms(p.host_begin_ns), ms(p.ended ? p.host_end_ns : end_ns)});
+  }
+  for (std::size_t s = 0; s < depth_.size(); ++s) {
+    if (depth_[s] > 0 && open_slot_[s] != kNoSlot) spans.push_back(Interval{ms(host_start_ns_[s]), ms(end_ns)});
+  }
+  return std::max(ms(end_ns) - core::union_ms(std::move(spans)), 0.0);
+}
+
 StepSample StageTimer::end_step() {
   std::lock_guard<std::mutex> lock(mu_);
   StepSample out;
@@ -198,6 +221,7 @@ StepSample StageTimer::end_step() {
   out.sampled = sampled_.load(std::memory_order_relaxed);
   sampled_.store(false, std::memory_order_relaxed);
   if (!out.sampled) return out;
+  out.untimed_ms = untimed_ms(HostEventPool::now_ns());
 
   pool_->synchronize();
   ++read_points_;

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -55,6 +56,10 @@ struct StepSample {
   // groups spanning every analyzed rank, in issue order (comparable across ranks).
   std::vector<double> comparable_ms;
   std::int64_t comm_incomplete = 0;   // issued this step, not finished at its end
+  // Host wall time from begin_step to end_step outside every timed section, collective and
+  // wait (the union of their host spans taken out): the rank's own code between sections.
+  // NaN when a section was lost to a full pool (its span is unknown).
+  double untimed_ms = std::numeric_limits<double>::quiet_NaN();
 };
 
 class StageTimer {
@@ -117,6 +122,9 @@ class StageTimer {
     bool ended;
     bool comparable;
     std::int64_t bytes;
+    // Host clock of its start and end (ns), for the step's untimed time.
+    std::int64_t host_begin_ns = 0;
+    std::int64_t host_end_ns = 0;
   };
 
   void check_stage(int stage) const;
@@ -130,6 +138,7 @@ class StageTimer {
   Pair* close_pair(std::vector<Pair>& pairs, std::int64_t token);
   void record(std::size_t slot);
   double offset_ms(std::size_t slot);  // from the step's first event (valid in end_step)
+  double untimed_ms(std::int64_t end_ns) const;  // StepSample::untimed_ms (caller holds mu_)
 
   const int num_stages_;
   std::int64_t interval_;  // guarded by mu_ (read by begin_step, written by set_interval)
@@ -139,6 +148,7 @@ class StageTimer {
   std::atomic<bool> sampled_{false};
   std::mutex mu_;
   std::int64_t step_ = -1;
+  std::int64_t step_begin_ns_ = 0;  // host clock of a sampled step's begin_step
   std::uint32_t generation_ = 0;  // tells a late comm_end/wait_end from an earlier step
   std::size_t next_slot_ = 0;
   std::vector<int> depth_;                    // open nesting depth per stage

@@ -137,7 +137,7 @@ TEST(Confirm, RecoveryAfterTheSlowdownEnds) {
     }
   }
   ASSERT_GE(recovered_at, 0);
-  EXPECT_LE(recovered_at, 22);  // after recover_reports (3) calm reports
+  EXPECT_LE(recovered_at, 22);  // after recover_reports (2) calm reports
 }
 
 TEST(Confirm, SlowGroupIsImbalanceNotStragglers) {

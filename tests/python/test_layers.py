@@ -21,14 +21,14 @@ PACKAGE = Path(__file__).resolve().parents[2] / "relax_straggler"
 LAYERS: tuple[frozenset[str], ...] = (
     # vocabulary and plain data: nothing of ours below them
     frozenset({"", "_ext", "stages", "megatron_timers", "topology", "workload", "serialization", "payload",
-               "dataclass_flags", "side_failure", "appending", "slowdown_image"}),
+               "dataclass_flags", "side_failure", "appending", "slowdown_image", "stacks"}),
     # configuration and the metrics stores
     frozenset({"config", "stores"}),
     # the engine's Python front: judging (live and windowed), the confirmed verdict, what-if, readers
     frozenset({"detect", "window", "report", "confirm", "whatif", "readers"}),
     # collection in the training process and the report sinks
     frozenset({"hooks", "module_stages", "collectives", "aggregation", "control", "lockstep", "join", "works",
-               "op_records", "kernel_evidence", "run_queue", "gc_pauses", "reporters", "hang"}),
+               "op_records", "kernel_evidence", "run_queue", "gc_pauses", "stack_sampler", "reporters", "hang"}),
     # the three products: the live analyzer, offline analysis, the monitor service
     frozenset({"analyzer", "analysis", "monitor"}),
     # entry points and adapters

@@ -21,6 +21,7 @@ from workers.step_times import StepClock, assert_not_blocked
     Decision(ControlCommand(enabled=False), hold=True),
     Decision(ControlCommand(interval=7, relative_threshold=1.5, absolute_ms_threshold=0.0)),
     Decision(stop=SideFailure(rank=1023, code=GATHER_STUCK, step=123456)),
+    Decision(hold=True, stack_rank=8191),
 ])
 def test_a_decision_travels_whole(decision):
     assert decode(encode(42, decision)) == decision

@@ -27,7 +27,7 @@ struct ConfirmConfig {
   // Reports in a row with slow evidence before a rank is confirmed (persistence).
   std::int32_t confirm_reports = 3;  // >= 1
   // Reports in a row without evidence before a confirmed rank is recovered.
-  std::int32_t recover_reports = 3;  // >= 1
+  std::int32_t recover_reports = 2;  // >= 1
   // Healthy reports a (group, stage) must have been seen in before it is judged.
   std::int32_t min_reports = 2;  // >= 1
   // Recent reports over which confidence is counted, and how long a recovered finding

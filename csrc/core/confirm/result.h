@@ -84,8 +84,9 @@ struct Finding {
 
 struct ConfirmResult {
   std::int64_t step = 0;
-  // The most severe state over the findings (straggler > imbalance > suspected >
-  // recovered > healthy), or insufficient_evidence while no (group, stage) is judged.
+  // The most severe state over the findings but suspected (straggler > imbalance >
+  // recovered > healthy: a suspected rank is a finding, not the job's state), or
+  // insufficient_evidence while no (group, stage) is judged.
   State status = State::kInsufficientEvidence;
   std::vector<Finding> findings;  // stragglers first, then imbalance, suspected, recovered; larger excess first
   std::vector<std::int32_t> unjudged_ranks;  // ranks alone in their comparison group

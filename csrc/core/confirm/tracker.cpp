@@ -474,7 +474,7 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
   const std::size_t S = stages_.size(), s = static_cast<std::size_t>(e.stage);
   const std::size_t gs = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]) * S + s;
   const std::size_t cell = static_cast<std::size_t>(e.rank) * S + s;
-  e.strong = e.weak = e.window_ok = e.median_agrees = e.accumulated = e.holding = false;
+  e.strong = e.weak = e.window_ok = e.median_agrees = e.accumulated = e.holding = e.ended = false;
   e.votes = 0;
   e.wait_caused_ms = 0.0;
   e.waiting.clear();
@@ -532,7 +532,22 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
     e.accumulated = level >= h && n >= static_cast<std::size_t>(cfg_.confirm_reports) &&
                     e.typical_ms >= cfg_.min_impact * budget_ms_;
   }
-  e.window_ok = e.named && e.median_agrees;
+  e.ended = ended(e, n, sig);
+  e.window_ok = e.named && e.median_agrees && !e.ended;
+}
+
+bool ConfirmTracker::ended(const Entry& e, std::size_t n, double sig) const {
+  const auto H = static_cast<std::size_t>(cfg_.history);
+  const auto R = static_cast<std::size_t>(cfg_.recover_reports);
+  if (n < R) return false;
+  for (std::size_t i = 1; i <= R; ++i) {
+    const double x = e.ratios[(static_cast<std::size_t>(e.ratios_n) - i) % H];
+    // In the ratios' own direction: t / ref above 1 is slow, below 1 late.
+    const bool quiet = e.dir == Dir::kLate ? x > 1.0 / e.median + cfg_.window_sigmas * sig
+                                           : x < e.median - cfg_.window_sigmas * sig;
+    if (!quiet) return false;
+  }
+  return true;
 }
 
 void ConfirmTracker::window_impact() {
@@ -559,8 +574,16 @@ void ConfirmTracker::window_impact() {
     } else {
       e.median_agrees = e.typical_ms >= impact_ms;
     }
-    e.window_ok = e.named && e.median_agrees;
+    e.window_ok = e.named && e.median_agrees && !e.ended;
   }
+}
+
+void ConfirmTracker::explained(Entry& e) const {
+  e.strong = e.weak = e.window_ok = e.median_agrees = false;
+  // Its late arrival this report is a slowness traced elsewhere (its own compute, a wait on a
+  // peer), no evidence of its own: the ring keeps 1 in its place, so that the median a window
+  // vote is checked against does not hold it as this entry's once that slowness ended.
+  if (e.ratios_n > 0) e.ratios[static_cast<std::size_t>(e.ratios_n - 1) % static_cast<std::size_t>(cfg_.history)] = 1.0;
 }
 
 void ConfirmTracker::add_waiting(Entry& culprit, std::int32_t rank) {
@@ -627,7 +650,7 @@ void ConfirmTracker::trace_blame(const double* ms) {
     if (e.dir != Dir::kLate || !(e.strong || e.window_ok || e.state == State::kStraggler)) continue;
     const Blame b = trace_wait(e.rank, g, waited(e.rank), slow_);
     if (b.rank < 0 && !b.waited) continue;  // unexplained: the late rank's own evidence
-    e.strong = e.weak = e.window_ok = false;
+    explained(e);
     if (b.rank < 0) continue;
     Entry& culprit = entry(b.rank, b.stage, Dir::kSlow);
     culprit.wait_caused_ms += e.ref - e.t;
@@ -657,8 +680,9 @@ void ConfirmTracker::advance(Entry& e, std::int64_t step) {
     // ensemble's answer is up to window_every reports old, so its naming alone keeps nothing).
     // Confirmed by accumulated evidence alone: kept while the statistic holds half its alarm.
     const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports ||
-                         (e.by_window && e.median_agrees) || (e.by_sequential && !e.persistent && e.holding);
-    if (!keep_it) e.state = State::kRecovered, e.since = step;
+                         (e.by_window && e.median_agrees && !e.ended) ||
+                         (e.by_sequential && !e.persistent && e.holding);
+    if (!keep_it) e.state = State::kRecovered, e.since = step, e.listed = 0;
   } else if (persistent || e.window_ok || e.accumulated) {
     e.state = State::kStraggler;
     e.since = step;
@@ -669,6 +693,9 @@ void ConfirmTracker::advance(Entry& e, std::int64_t step) {
     if (e.state != State::kSuspected) e.state = State::kSuspected, e.since = step;
   } else if (e.state == State::kSuspected) {
     e.state = State::kHealthy;
+    e.since = step;
+  } else if (e.state == State::kRecovered && ++e.listed >= cfg_.history) {
+    e.state = State::kHealthy;  // listed for `history` reports, the release's included
     e.since = step;
   }
   const bool quiet = (e.state == State::kHealthy || e.state == State::kRecovered) && !e.strong && !e.named && !e.holding;
@@ -711,7 +738,14 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
            ratio - 1.0 >= cfg_.noise_sigmas * sig && h - l >= cfg_.min_impact * budget_ms_;
       // A streak is one group slower report after report: groups taking turns is jitter.
       if (ev && im.streak > 0 && hi != im.slow_group) im.streak = 0;
-      if (ev) im.ratio = ratio, im.hi_ms = h, im.lo_ms = l, im.slow_group = hi;
+      if (ev) {
+        im.ratio = ratio, im.hi_ms = h, im.lo_ms = l, im.slow_group = hi;
+      } else if (im.state == State::kImbalance && values_[static_cast<std::size_t>(im.slow_group)] > 0.0) {
+        // Still listed: its group's ratio in this report, not the one it was found at.
+        im.hi_ms = values_[static_cast<std::size_t>(im.slow_group)];
+        im.lo_ms = l;
+        im.ratio = im.hi_ms / l;
+      }
     }
     const std::uint64_t keep = cfg_.history >= 64 ? ~0ULL : ((1ULL << cfg_.history) - 1);
     im.mask = ((im.mask << 1) | (ev ? 1ULL : 0ULL)) & keep;

@@ -14,7 +14,8 @@
 //                  MADs of the ratios, x 1.4826 (a normal-consistent sigma), learned only
 //                  from reports in which the (group, stage) had no suspect;
 //   persistence    confirm_reports reports in a row with slow evidence confirm a rank
-//                  (suspected before); recover_reports without it recover it. Where
+//                  (suspected before); recover_reports without it release it
+//                  (recovered, listed for `history` reports, then healthy). Where
 //                  healthy ranks show slow evidence too (heavy-tailed jitter: a 1 ms stage
 //                  at 4x in one report of ten on a crowded host), more reports are
 //                  needed: with r the (group, stage)'s running share of ranks starting a
@@ -33,12 +34,15 @@
 //                  ratio over its last `history` tracked reports stands window_sigmas
 //                  standard errors beyond 1 is confirmed too, and stays so while that
 //                  median agrees: this is how slowdowns under the RFC effect size are
-//                  confirmed (5 %), over a window, not one report;
+//                  confirmed (5 %), over a window, not one report. Unless the slowdown
+//                  ended: recover_reports ratios in a row window_sigmas sigmas short of
+//                  that median (a transient's median trails its end by half a history);
 //   union          `communication` (the union of the per-op columns) is judged only in a
 //                  report where no per-op column has data: beside them, its shortest
 //                  time is no late arrival (the pipeline waits are in it);
 //   wait chain     a late arrival explained by the rank's own compute or by a wait on a
-//                  pipeline peer is never blamed (wait_chain.h); a longer collective than
+//                  pipeline peer is never blamed (wait_chain.h), nor kept as its evidence
+//                  (its ratio counts as 1 in the median a window vote is checked against); a longer collective than
 //                  the group's is no link while some rank is slow in compute (it may be
 //                  that rank's wait through a group the matrix does not show, e.g. the
 //                  embedding all-reduce of the first and last stage);
@@ -103,10 +107,14 @@ class ConfirmTracker {
     std::vector<double> ratios;  // ring of the last history ratios (t / ref)
     std::int32_t ratios_n = 0;
     bool named = false;  // the window ensemble names it
+    std::int32_t listed = 0;  // reports listed as recovered since its release
     // This report.
     bool finite = false, strong = false, weak = false, window_ok = false, median_agrees = false;
     bool accumulated = false;  // the sequential test's alarm, with an excess that matters
     bool holding = false;      // the sequential statistic at half its alarm level or more
+    // Its last recover_reports ratios all window_sigmas sigmas short of its median ratio: the
+    // slowdown ended (a level change, not a quiet report of a small steady one).
+    bool ended = false;
     double t = 0.0, ref = 0.0, ratio = 1.0, median = 1.0;
     double typical_ms = 0.0;  // the excess of the median ratio, ms (window path impact)
     std::int32_t votes = 0;
@@ -129,6 +137,10 @@ class ConfirmTracker {
   void accumulate(const double* ms);
   void trace_blame(const double* ms);
   static void add_waiting(Entry& culprit, std::int32_t rank);
+  // A late arrival trace_blame explained by another finding: no evidence of e's own.
+  void explained(Entry& e) const;
+  // Whether e's last recover_reports ratios (of n tracked) show its slowdown ended (Entry::ended).
+  bool ended(const Entry& e, std::size_t n, double sig) const;
   void window_impact();
   void advance(Entry& e, std::int64_t step);
   void judge_imbalance(std::int64_t step);

@@ -204,8 +204,13 @@ ConfirmResult ConfirmTracker::result(std::int64_t step, bool reset) const {
     if (a.rank != b.rank) return a.rank < b.rank;
     return a.stage < b.stage;
   });
-  out.status = !out.findings.empty() ? out.findings.front().state
-                                     : (any_judged ? State::kHealthy : State::kInsufficientEvidence);
+  // The job's status names what a person acts on: a suspected rank is a finding, and the job
+  // is healthy (or recovered) while nothing is confirmed.
+  const auto top = std::find_if(out.findings.begin(), out.findings.end(),
+                                [](const Finding& f) { return f.state != State::kSuspected; });
+  out.status = top != out.findings.end() ? top->state
+               : any_judged || !out.findings.empty() ? State::kHealthy
+                                                     : State::kInsufficientEvidence;
   return out;
 }
 
