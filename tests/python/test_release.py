@@ -29,14 +29,14 @@ def report(rng: np.random.Generator, ranks: int, slow: dict[int, float]) -> np.n
     return t
 
 
-def transient_run(seed: int, ranks: int = 4, steps: int = 200):
+def transient_run(seed: int, ranks: int = 4, steps: int = 200, end: int = 80):
     """Reports every INTERVAL steps under the live analyzer's defaults (window ensemble on);
-    rank 1 3x slower for steps 60-79 only."""
+    rank 1 3x slower for steps 60 to end - 1 only."""
     rng = np.random.default_rng(seed)
     verdict = ConfirmedVerdict(ConfirmConfig.from_config(StragglerConfig(enabled=True)))
     out = []
     for step in range(0, steps, INTERVAL):
-        slow = {1: 3.0} if 60 <= step < 80 else {}
+        slow = {1: 3.0} if 60 <= step < end else {}
         out.append(verdict.update(step, report(rng, ranks, slow), STAGES))
     return out
 
@@ -63,6 +63,16 @@ def test_a_transient_straggler_is_released_within_2_reports_and_recovered_lasts_
     assert recovered == list(range(released, released + history * INTERVAL, INTERVAL)), recovered
     later = [state_of(r, 1) for r in results if r.step >= released + history * INTERVAL]
     assert set(later) <= {"healthy", "suspected"}, later  # jitter may make it suspected, never more
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_long_slowdown_once_released_is_not_confirmed_again_by_the_evidence_it_left(seed):
+    # 40 reports slow: long enough for the sequential test to reach its alarm, whose statistic
+    # then falls only slowly while the rank sits among its peers.
+    results = transient_run(seed, steps=800, end=260)
+    again = [(r.step, f.stage) for r in results if r.step >= 270 for f in r.findings
+             if f.rank == 1 and f.state == "straggler" and f.stage in ("forward", "backward")]
+    assert not again, again
 
 
 def test_the_default_releases_after_2_reports_without_evidence():

@@ -58,6 +58,9 @@ class SequentialEvidence {
 
   // The statistic W of cell (rank, stage), >= 0.
   double level(std::size_t rank, std::size_t stage) const { return w_[rank * stages_ + stage]; }
+  // Restarts cell (rank, stage) at 0: a released straggler's evidence is spent (a CUSUM
+  // restarts after its alarm), so only new evidence can confirm it again.
+  void restart(std::size_t rank, std::size_t stage) { w_[rank * stages_ + stage] = 0.0; }
 
  private:
   std::size_t stages_ = 0;

@@ -682,7 +682,12 @@ void ConfirmTracker::advance(Entry& e, std::int64_t step) {
     const bool keep_it = e.strong || e.window_ok || e.calm < cfg_.recover_reports ||
                          (e.by_window && e.median_agrees && !e.ended) ||
                          (e.by_sequential && !e.persistent && e.holding);
-    if (!keep_it) e.state = State::kRecovered, e.since = step, e.listed = 0;
+    if (!keep_it) {
+      e.state = State::kRecovered, e.since = step, e.listed = 0;
+      // The statistic sits near its alarm after a long slowdown and falls slowly while the
+      // rank is among its peers: a released rank must not be confirmed again on old evidence.
+      sequential_.restart(static_cast<std::size_t>(e.rank), static_cast<std::size_t>(e.stage));
+    }
   } else if (persistent || e.window_ok || e.accumulated) {
     e.state = State::kStraggler;
     e.since = step;
