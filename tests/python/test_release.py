@@ -131,3 +131,38 @@ def test_an_imbalance_finding_carries_the_current_ratio_and_names_its_group_in_t
     assert (m["straggler/verdict/stage"], m["straggler/verdict/cause"]) == ("forward", "imbalance")
     assert m["straggler/verdict/ratio"] == pytest.approx(1.1, abs=0.05) and m["straggler/verdict/rank"] == -1
     assert not math.isnan(m["straggler/verdict/confidence"])
+
+
+def sub_ms_stage_run(seed: int, ranks: int = 4) -> list:
+    """Reports every 4 steps under the live defaults: forward 10 ms and backward 20 ms with 5 %
+    jitter, a sub-millisecond `untimed` stage that scheduling stretches now and then (the
+    noise is of the stage's own size); rank 1 spends 30 ms more there for steps 20-71."""
+    rng = np.random.default_rng(seed)
+    stages = ("forward", "backward", "untimed", "communication/allreduce")
+    verdict = ConfirmedVerdict(ConfirmConfig.from_config(StragglerConfig(enabled=True)))
+    out = []
+    for step in range(0, 300, 4):
+        t = np.empty((ranks, 4))
+        t[:, 0] = 10.0 * np.exp(rng.normal(0, 0.05, ranks))
+        t[:, 1] = 20.0 * np.exp(rng.normal(0, 0.05, ranks))
+        t[:, 2] = rng.uniform(0.5, 1.2, ranks) + (rng.random(ranks) < 0.15) * rng.uniform(0, 2, ranks)
+        if 20 <= step < 72:
+            t[1, 2] += 30.0
+        arrive = t[:, :3].sum(axis=1)
+        t[:, 3] = 2.0 * np.exp(rng.normal(0, 0.1, ranks)) + arrive.max() - arrive
+        out.append(verdict.update(step, t, stages))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_released_rank_is_not_confirmed_again_from_a_history_that_still_holds_its_slowdown(seed):
+    # The window path judges the median of a rank's last `history` ratios against the
+    # ensemble's naming, whose window holds the slowdown too: right after a release both still
+    # "agree", and a noisy stage is not quiet enough for the end of the slowdown to show. For
+    # `history` reports after its release the rank is judged again only report by report.
+    results = sub_ms_stage_run(seed)
+    released = min(r.step for r in results if r.step >= 72 and state_of(r, 1) != "straggler")
+    history = ConfirmConfig().history
+    again = [(r.step, f.stage) for r in results if released < r.step < released + history * 4
+             for f in r.findings if f.rank == 1 and f.state == "straggler"]
+    assert not again, again

@@ -263,6 +263,7 @@ ConfirmTracker::ConfirmTracker(ConfirmConfig config) : cfg_(std::move(config)) {
 
 void ConfirmTracker::reset() {
   reports_ = 0;
+  released_.clear();
   ranks_ = groups_n_ = 0;
   stages_.clear();
   group_.clear();
@@ -336,6 +337,7 @@ void ConfirmTracker::layout(const StepMatrix& m, const std::vector<std::int32_t>
   lo_ms_.assign(GS, -kInf);
   imbalance_.assign(S, Imbalance{});
   entries_.clear();
+  released_.clear();
   sequential_.reset(static_cast<std::size_t>(ranks_), S);
   in_sample_.assign(static_cast<std::size_t>(ranks_), 0);
   for (std::int32_t r : sample_rows_) in_sample_[static_cast<std::size_t>(r)] = 1;
@@ -533,7 +535,12 @@ void ConfirmTracker::evaluate(Entry& e, const double* ms) {
                     e.typical_ms >= cfg_.min_impact * budget_ms_;
   }
   e.ended = ended(e, n, sig);
-  e.window_ok = e.named && e.median_agrees && !e.ended;
+  e.window_ok = e.named && e.median_agrees && !e.ended && fresh_history(e);
+}
+
+bool ConfirmTracker::fresh_history(const Entry& e) const {
+  const auto it = released_.find(e.rank);
+  return it == released_.end() || reports_ - it->second >= cfg_.history;
 }
 
 bool ConfirmTracker::ended(const Entry& e, std::size_t n, double sig) const {
@@ -574,7 +581,7 @@ void ConfirmTracker::window_impact() {
     } else {
       e.median_agrees = e.typical_ms >= impact_ms;
     }
-    e.window_ok = e.named && e.median_agrees && !e.ended;
+    e.window_ok = e.named && e.median_agrees && !e.ended && fresh_history(e);
   }
 }
 
@@ -684,6 +691,7 @@ void ConfirmTracker::advance(Entry& e, std::int64_t step) {
                          (e.by_sequential && !e.persistent && e.holding);
     if (!keep_it) {
       e.state = State::kRecovered, e.since = step, e.listed = 0;
+      released_[e.rank] = reports_;
       // The statistic sits near its alarm after a long slowdown and falls slowly while the
       // rank is among its peers: a released rank must not be confirmed again on old evidence.
       sequential_.restart(static_cast<std::size_t>(e.rank), static_cast<std::size_t>(e.stage));

@@ -141,6 +141,11 @@ class ConfirmTracker {
   void explained(Entry& e) const;
   // Whether e's last recover_reports ratios (of n tracked) show its slowdown ended (Entry::ended).
   bool ended(const Entry& e, std::size_t n, double sig) const;
+  // Whether the rank was last released at least `history` reports ago (or never): the window
+  // path judges a released rank again only on a history from after its release, since the
+  // median of a history that still holds the slowdown agrees with the ensemble's window,
+  // which holds it too, in the stage it was slow in and in the collective its peers waited at.
+  bool fresh_history(const Entry& e) const;
   void window_impact();
   void advance(Entry& e, std::int64_t step);
   void judge_imbalance(std::int64_t step);
@@ -207,6 +212,7 @@ class ConfirmTracker {
   std::vector<char> late_groups_;  // per (group, stage): a late arrival this report
   std::unordered_map<std::int32_t, double> typical_;  // rank -> typical excess over its stages, ms
   std::unordered_map<std::int32_t, double> costliest_;  // rank -> its largest typical excess of one stage, ms
+  std::unordered_map<std::int32_t, std::int64_t> released_;  // rank -> reports_ at its last release
 };
 
 // ConfirmTracker::update's pass over the matrix, the only per-cell work of a report: the
