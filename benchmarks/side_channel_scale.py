@@ -1,7 +1,8 @@
 """The side channel's cost against the number of ranks: measured with many processes on one
 host, and the metrics rank's judge measured on synthetic rows up to 100k ranks.
 
-Part 1 (`--procs N`, several values): N processes on this host, CPU tensors, no model. Each
+Part 1 (`--procs N`, several values): N processes on this host (forked from this one, after
+its imports), CPU tensors, no model. Each
 initialises a Gloo default group (standing for the training group), then builds the
 analyzer's side channel exactly as install() does (relax_straggler.side_channel.open_side_channel:
 the flat SideGroupGather, or the hierarchical one with --node-size) and runs `--reports`
@@ -10,9 +11,11 @@ as ranks in lockstep do), then launches the product's gather of one payload row
 (ROW_LEN + STATUS_LEN float64) and, every step, the decision broadcast
 (relax_straggler.lockstep.LockstepChannel). Measured per rank: sockets (links to socket:[...]
 in /proc/self/fd) before the side channel, after its creation and after the reports (lazy
-connections open on first use), the creation's wall time and peak RSS; on the metrics rank
-the gather's latency (launch to the rows' arrival in its report-thread handle, wait()) and
-the bytes its TCP sockets received per report (tcp_info).
+connections open on first use), the creation's wall time and the resident memory the side
+channel and its reports added (VmRSS after the reports less before the channel); on the metrics rank
+the gather's latency (launch to the rows' arrival in its report-thread handle, wait()), the
+CPU time the process spent meanwhile (all its threads: Gloo's receiving, the relay) and the
+bytes its TCP sockets received per report (tcp_info).
 --lazy sets TORCH_GLOO_LAZY_INIT=1 around the side channel's group creation
 (StragglerConfig.side_lazy_init does the same in the product).
 
@@ -20,11 +23,13 @@ Part 2 (`--judge-ranks`): the metrics rank's work per report on synthetic rows (
 stages of ~40 ms, 1.5 % jitter, one rank 30 % slower in forward, run-queue waits, nodes of
 8 ranks): the same calls in the same order as the report thread's Analyzer._build_report
 (unpack, build_report, ConfirmedVerdict.update with the default settings and the window
-ensemble every 10 reports, the live what-if without per-op rows), mean per report after
-the first window.
+ensemble every 10 reports, the live what-if without per-op rows): after the first 20
+reports, the mean per report, the median of the reports without the ensemble, the mean of
+those with it, and the process's peak RSS.
 
     .venv/bin/python benchmarks/side_channel_scale.py --procs 8 32 64 [--lazy] [--node-size 8]
     .venv/bin/python benchmarks/side_channel_scale.py --procs 0 --judge-ranks 1000 10000 100000
+    .venv/bin/python benchmarks/side_channel_scale.py --procs 0 --node-size 8 --plan-ranks 128 16384 100000
 
 docs/SCALE.md has the figures, the model fitted to them and the command.
 """
@@ -84,6 +89,15 @@ def tcp_received() -> int:
 _BYTES_RECEIVED = 128  # offset of tcpi_bytes_received in struct tcp_info (linux/tcp.h)
 
 
+def rss_mb() -> float:
+    """This process's resident memory now, MiB (/proc/self/status VmRSS)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
 def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_size: int, out: Any) -> None:
     import torch.distributed as dist
 
@@ -96,7 +110,7 @@ def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_
     os.environ["LOCAL_RANK"] = str(rank % (node_size or world))
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     dist.barrier()
-    before = sockets()
+    before, rss_before = sockets(), rss_mb()
     config = StragglerConfig(enabled=True, side_lazy_init=lazy, side_node_size=node_size)
     t0 = time.perf_counter()
     gather = open_side_channel(list(range(world)), config)
@@ -105,25 +119,26 @@ def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_
     created = sockets()
     lockstep = LockstepChannel(gather.group, gather.metrics_global_rank, rank, None, 1)
     row = np.full(ROW_LEN, 1.0)
-    latencies, read = [], []
+    latencies, read, cpu = [], [], []
     for step in range(reports):
         dist.barrier()
         r0 = tcp_received() if rank == 0 else 0
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pending = gather.gather(row, None, step)
         if pending is not None:
             pending.wait()
             latencies.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             read.append(tcp_received() - r0)
         lockstep.at_step(step, lambda: (False, None), 1.0)
         gather.poll()
     dist.barrier()
-    after = sockets()
+    after, rss_after = sockets(), rss_mb()
     lockstep.close(5.0)
     clean = gather.close(5.0)
     out.put({"rank": rank, "before": before, "created": created, "after": after, "created_s": created_s,
-             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "latencies": latencies,
-             "read": read, "failure": None if gather.failure is None else gather.failure.describe(), "clean": clean})
+             "rss_mb": rss_after - rss_before, "latencies": latencies,
+             "read": read, "cpu": cpu, "failure": None if gather.failure is None else gather.failure.describe(), "clean": clean})
     dist.destroy_process_group()
 
 
@@ -137,7 +152,7 @@ def run_procs(world: int, reports: int, lazy: bool, node_size: int, timeout_s: f
     """Runs `world` ranks and summarises what they measured (see the module docstring)."""
     import torch.multiprocessing as mp
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")  # the ranks share the parent's imports: 64 start in seconds, not minutes
     out = ctx.Queue()
     port = _free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world, port, reports, lazy, node_size, out)) for r in range(world)]
@@ -168,15 +183,36 @@ def run_procs(world: int, reports: int, lazy: bool, node_size: int, timeout_s: f
         "side_sockets_created": [min(side), statistics.median(side), max(side)],
         "side_sockets_used": [min(used), statistics.median(used), max(used)],
         "metrics_rank_sockets_used": used[0],
+        "other_ranks_sockets_used_max": max(used[1:]),
         "create_s": [min(r["created_s"] for r in results), statistics.median(r["created_s"] for r in results),
                      max(r["created_s"] for r in results)],
         "gather_ms": [1e3 * statistics.median(lat), 1e3 * float(np.percentile(lat, 90))],
         "first_gather_ms": 1e3 * results[0]["latencies"][0],
+        "metrics_cpu_ms": 1e3 * statistics.median(results[0]["cpu"][2:]),
         "read_bytes_per_report": statistics.median(results[0]["read"][2:]),
-        "rss_mb": [min(r["rss_mb"] for r in results), max(r["rss_mb"] for r in results)],
+        "side_rss_mb": [min(r["rss_mb"] for r in results), statistics.median(r["rss_mb"] for r in results),
+                        max(r["rss_mb"] for r in results)],
         "failures": [r["failure"] for r in results if r["failure"]],
         "unclean": sum(not r["clean"] for r in results),
     }
+
+
+def planned_connections(ranks: int, node_size: int, fanout: int, lazy: bool) -> dict[str, int]:
+    """Peers each rank connects to in the hierarchical channel's gathers, from its plan
+    (relax_straggler.side_tree.plan), and the Gloo groups it is in (each listens on one
+    socket; the decisions' group is one more): {"metrics_rank": peers, "other_max": the most
+    any other rank has, "groups_max": groups}. Eager groups connect every pair; lazy ones
+    only what a gather uses (a member its root, a root its members)."""
+    from relax_straggler.side_tree import plan
+
+    peers = [0] * ranks
+    groups = [1] * ranks  # the decisions' group
+    for level in plan(range(ranks), 0, node_size, fanout):
+        for g in level:
+            for m in g.members:
+                groups[m] += 1
+                peers[m] += len(g.members) - 1 if (not lazy or m == g.root) else 1
+    return {"metrics_rank": peers[0], "other_max": max(peers[1:]), "groups_max": max(groups)}
 
 
 def _synthetic(ranks: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
@@ -212,7 +248,7 @@ def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
     verdict = ConfirmedVerdict(ConfirmConfig.from_config(config), [r // 8 for r in range(ranks)])
     whatif = LiveWhatIf()
     no_ops = np.empty((ranks, 0))
-    times, builds = [], []
+    times, builds, windowed = [], [], []
     for step in range(reports):
         rows = base.copy()
         rows[:, 0] = step
@@ -229,13 +265,16 @@ def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
         report.metrics.update(result.metrics())
         if result.window is not None:
             report.metrics.update(result.window.metrics())
+            windowed.append(step)
         report.metrics.update(whatif.metrics(no_ops))
         times.append(time.perf_counter() - t0)
         builds.append(t1 - t0)
     skip = min(reports // 2, 20)
-    return {"ranks": ranks, "report_us": 1e6 * float(np.mean(times[skip:])),
-            "build_report_us": 1e6 * float(np.mean(builds[skip:])),
-            "max_report_us": 1e6 * float(np.max(times[skip:])),
+    plain = [t for i, t in enumerate(times) if i >= skip and i not in windowed]
+    window = [times[i] for i in windowed if i >= skip]
+    return {"ranks": ranks, "mean_report_us": 1e6 * float(np.mean(times[skip:])),
+            "median_report_us": 1e6 * float(np.median(plain)), "build_report_us": 1e6 * float(np.median(builds[skip:])),
+            "window_report_us": 1e6 * float(np.mean(window)) if window else None,
             "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
@@ -248,10 +287,17 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--judge-ranks", type=int, nargs="*", default=[])
     p.add_argument("--judge-reports", type=int, default=40)
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--plan-ranks", type=int, nargs="*", default=[],
+                   help="print the hierarchical channel's planned connections at these sizes (--node-size, --fanout)")
+    p.add_argument("--fanout", type=int, default=16)
     args = p.parse_args(argv)
     print(f"# load average at start: {os.getloadavg()}", flush=True)
     for world in [w for w in args.procs if w > 0]:
         print(json.dumps(run_procs(world, args.reports, args.lazy, args.node_size, args.timeout)), flush=True)
+    for ranks in args.plan_ranks:
+        for lazy in (False, True):
+            print(json.dumps({"ranks": ranks, "node_size": args.node_size, "fanout": args.fanout, "lazy": lazy,
+                              **planned_connections(ranks, args.node_size, args.fanout, lazy)}), flush=True)
     for ranks in args.judge_ranks:
         print(json.dumps(judge_us(ranks, args.judge_reports)), flush=True)
     print(f"# load average at end: {os.getloadavg()}", flush=True)

@@ -62,7 +62,7 @@ class StragglerConfig:
         0, "Hierarchical side channel: ranks gather to a leader per node of this many consecutive ranks, leaders "
            "to the metrics rank through a tree (-1: the launcher's LOCAL_WORLD_SIZE; 0: one flat group, the "
            "default).")
-    side_fanout: int = flag_field(16, "Hierarchical side channel: leaders per group at each level above the nodes.")
+    side_fanout: int = flag_field(8, "Hierarchical side channel: leaders per group at each level above the nodes.")
     side_lazy_init: bool = flag_field(
         False, "Create the side channel's Gloo groups with lazy connections (TORCH_GLOO_LAZY_INIT): a rank "
                "connects only to the peers it exchanges with, on first use.", action="store_true")
