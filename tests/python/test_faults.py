@@ -445,10 +445,12 @@ def test_a_dead_node_leader_ends_the_analysis_on_every_other_rank_with_a_warning
         assert (x["outcome"], x["trained"]) == ("finished", LEADER_STEPS), x
         assert x["uninstall_s"] <= BOUND_S + MARGIN_S, x
         assert len(stop_warnings(x)) == 1, (r, x["warnings"])
-    # The metrics rank received from rank 2, rank 3 sent to it: each names it.
+    # The metrics rank received from rank 2, rank 3 sent to it: each names it. Rank 1 stops
+    # for the metrics rank's decision, or for its absence when the decisions' broadcast, which
+    # the dead rank was part of, failed before reaching it (as with the flat channel).
+    assert ranks[0]["stopped_by"][:2] == [0, GATHER_FAILED], ranks[0]["warnings"]
     assert "from rank(s) 2 " in stop_warnings(ranks[0])[0], ranks[0]["warnings"]
-    assert "its level-0 leader, rank 2" in "\n".join(ranks[3]["warnings"]), ranks[3]["warnings"]
-    assert ranks[0]["stopped_by"][0] == 0 and ranks[1]["stopped_by"] == ranks[0]["stopped_by"], ranks
+    assert "its level-0 leader, rank 2" in stop_warnings(ranks[3])[0], ranks[3]["warnings"]
     # Whole and in order up to the fault, but for the steps the dead leader had not forwarded yet.
     steps = ranks[0]["reported"]
     assert 5 <= len(steps) <= 10 and steps == list(range(len(steps))), steps
