@@ -138,7 +138,8 @@ def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_
     clean = gather.close(5.0)
     out.put({"rank": rank, "before": before, "created": created, "after": after, "created_s": created_s,
              "rss_mb": rss_after - rss_before, "latencies": latencies,
-             "read": read, "cpu": cpu, "failure": None if gather.failure is None else gather.failure.describe(), "clean": clean})
+             "read": read, "cpu": cpu, "clean": clean,
+             "failure": None if gather.failure is None else gather.failure.describe()})
     dist.destroy_process_group()
 
 

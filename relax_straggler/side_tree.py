@@ -252,9 +252,12 @@ class TreeGather:
             if not self._steps:
                 return
             oldest, count = self._steps[0], len(self._steps)
+            waiting = oldest.works[0][1] if oldest.works else None
         now = time.monotonic()
         if now - oldest.at > aggregation.STALL_TIMEOUT_S:
-            self._fail(SideFailure(self.global_rank, GATHER_STUCK, oldest.step, f"unfinished for {now - oldest.at:.0f} s"))
+            on = "" if waiting is None else f", {_peers(waiting)}"
+            self._fail(SideFailure(self.global_rank, GATHER_STUCK, oldest.step,
+                                   f"unfinished for {now - oldest.at:.0f} s{on}"))
         elif count > aggregation.MAX_UNFINISHED:
             self._fail(SideFailure(self.global_rank, GATHER_STUCK, oldest.step, f"{count} gathers unfinished"))
 
@@ -393,9 +396,13 @@ class TreeGather:
             self.requested = SideFailure(self._ranks[i], int(codes[i]), int(rows[i, -1]))
 
 
+def _peers(hop: _Hop) -> str:
+    """Whom this rank exchanges with at `hop`'s level: a member its root, a root its members."""
+    if not hop.is_root:
+        return f"sending to its level-{hop.level} leader, rank {hop.root_global}"
+    return f"receiving from rank(s) {_compact(hop.peers)} at level {hop.level}"
+
+
 def _failed(hop: _Hop, exc: Optional[BaseException]) -> str:
     """A failed gather's detail, naming whom this rank exchanged with at that level."""
-    what = reason(exc) if exc is not None else "failed"
-    if not hop.is_root:
-        return f"sending to its level-{hop.level} leader, rank {hop.root_global}: {what}"
-    return f"receiving from rank(s) {_compact(hop.peers)} at level {hop.level}: {what}"
+    return f"{_peers(hop)}: {reason(exc) if exc is not None else 'failed'}"
