@@ -27,7 +27,7 @@ ensemble every 10 reports, the live what-if without per-op rows): after the firs
 reports, the mean per report, the median of the reports without the ensemble, the mean of
 those with it, and the process's peak RSS.
 
-    .venv/bin/python benchmarks/side_channel_scale.py --procs 8 32 64 [--lazy] [--node-size 8]
+    .venv/bin/python benchmarks/side_channel_scale.py --procs 8 32 64 [--lazy] [--node-size 8 [--fanout 8]]
     .venv/bin/python benchmarks/side_channel_scale.py --procs 0 --judge-ranks 1000 10000 100000
     .venv/bin/python benchmarks/side_channel_scale.py --procs 0 --node-size 8 --plan-ranks 128 16384 100000
 
@@ -98,7 +98,8 @@ def rss_mb() -> float:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_size: int, out: Any) -> None:
+def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_size: int, fanout: int,
+               out: Any) -> None:
     import torch.distributed as dist
 
     from relax_straggler.config import StragglerConfig
@@ -111,7 +112,7 @@ def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     dist.barrier()
     before, rss_before = sockets(), rss_mb()
-    config = StragglerConfig(enabled=True, side_lazy_init=lazy, side_node_size=node_size)
+    config = StragglerConfig(enabled=True, side_lazy_init=lazy, side_node_size=node_size, side_fanout=fanout)
     t0 = time.perf_counter()
     gather = open_side_channel(list(range(world)), config)
     created_s = time.perf_counter() - t0
@@ -149,14 +150,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_procs(world: int, reports: int, lazy: bool, node_size: int, timeout_s: float) -> dict[str, Any]:
+def run_procs(world: int, reports: int, lazy: bool, node_size: int, fanout: int,
+              timeout_s: float) -> dict[str, Any]:
     """Runs `world` ranks and summarises what they measured (see the module docstring)."""
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("fork")  # the ranks share the parent's imports: 64 start in seconds, not minutes
     out = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, reports, lazy, node_size, out)) for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, reports, lazy, node_size, fanout, out)) for r in range(world)]
     t0 = time.perf_counter()
     for p in procs:
         p.start()
@@ -180,7 +182,7 @@ def run_procs(world: int, reports: int, lazy: bool, node_size: int, timeout_s: f
     used = [r["after"] - r["before"] for r in results]
     lat = results[0]["latencies"][2:]  # the first gathers open lazy connections
     return {
-        "ranks": world, "lazy": lazy, "node_size": node_size, "wall_s": time.perf_counter() - t0,
+        "ranks": world, "lazy": lazy, "node_size": node_size, "fanout": fanout, "wall_s": time.perf_counter() - t0,
         "side_sockets_created": [min(side), statistics.median(side), max(side)],
         "side_sockets_used": [min(used), statistics.median(used), max(used)],
         "metrics_rank_sockets_used": used[0],
@@ -288,13 +290,14 @@ def main(argv: Optional[list[str]] = None) -> None:
     p.add_argument("--judge-ranks", type=int, nargs="*", default=[])
     p.add_argument("--judge-reports", type=int, default=40)
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--fanout", type=int, default=8, help="the hierarchical channel's leaders per group")
     p.add_argument("--plan-ranks", type=int, nargs="*", default=[],
                    help="print the hierarchical channel's planned connections at these sizes (--node-size, --fanout)")
-    p.add_argument("--fanout", type=int, default=16)
     args = p.parse_args(argv)
     print(f"# load average at start: {os.getloadavg()}", flush=True)
     for world in [w for w in args.procs if w > 0]:
-        print(json.dumps(run_procs(world, args.reports, args.lazy, args.node_size, args.timeout)), flush=True)
+        print(json.dumps(run_procs(world, args.reports, args.lazy, args.node_size, args.fanout, args.timeout)),
+              flush=True)
     for ranks in args.plan_ranks:
         for lazy in (False, True):
             print(json.dumps({"ranks": ranks, "node_size": args.node_size, "fanout": args.fanout, "lazy": lazy,
