@@ -100,8 +100,9 @@ def _compact(ranks: Sequence[int]) -> str:
 
 @dataclass
 class _Hop:
-    """This rank's part in one level: its group, the process group, its index there, the
-    rows per member block (the level's widest) and whether it is the root."""
+    """This rank's part in one level: its group of the plan and process group, the rows of a
+    member's block (the widest group's below), whether it is the root, the root's global
+    rank, the other members' global ranks and the rows each member sends."""
 
     level: int
     tree: TreeGroup
