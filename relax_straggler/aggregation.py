@@ -156,6 +156,7 @@ class SideGroupGather:
                              f"(size {len(ranks)})")
         self._ranks = list(ranks)
         self.group = dist.new_group(ranks=self._ranks, backend="gloo")
+        self.groups = [self.group]  # every group of the side channel (the collective layer leaves them out)
         me = dist.get_rank()
         self.global_rank = me
         self.rank = self._ranks.index(me) if me in self._ranks else -1

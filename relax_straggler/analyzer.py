@@ -47,6 +47,8 @@ from relax_straggler.report import Report, all_stages, build_report, kernel_all_
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
+from relax_straggler.side_channel import open_side_channel
+from relax_straggler.side_tree import TreeGather
 from relax_straggler.side_failure import SideFailure
 from relax_straggler.stack_sampler import StackSampler
 from relax_straggler.works import reason
@@ -146,10 +148,10 @@ class Analyzer:
         if dist.is_available() and dist.is_initialized():
             meet("install()", config.join_timeout_s)  # the side group below would wait for a missing rank for 30 min
             ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
-            self._gather: Union[SideGroupGather, LocalGather] = SideGroupGather(ranks, config.metrics_rank)
+            self._gather: Union[SideGroupGather, TreeGather, LocalGather] = open_side_channel(ranks, config)
             if config.collective_timing:
                 try:
-                    self._collectives = CollectiveLayer(self._timer, ranks, exclude=[self._gather.group])
+                    self._collectives = CollectiveLayer(self._timer, ranks, exclude=self._gather.groups)
                 except RuntimeError as exc:  # a torch whose private group registry moved: time without it
                     log.warning("relax_straggler: %s; analysing without the collective layer (as with "
                                 "--straggler-no-collective-timing)", exc)
@@ -174,7 +176,7 @@ class Analyzer:
         # The metrics rank's decisions, reaching every rank of the analyzed group.
         self._lockstep: Union[LockstepChannel, LocalLockstep, None] = None
         control_file = ControlFile(config.control_file) if config.control_file and self._gather.is_metrics_rank else None
-        if isinstance(self._gather, SideGroupGather):
+        if not isinstance(self._gather, LocalGather):
             if self._gather.rank >= 0:
                 self._lockstep = LockstepChannel(self._gather.group, self._gather.metrics_global_rank,
                                                  self._gather.global_rank, control_file, config.control_every)
@@ -218,7 +220,7 @@ class Analyzer:
                 sinks.append(self._narrator)
             # Given up at shutdown, the report thread stops waiting for a peer's row.
             self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size, release=self._gather.abandon)
-        if config.hang_seconds > 0 and isinstance(self._gather, SideGroupGather) and self._gather.rank >= 0:
+        if config.hang_seconds > 0 and not isinstance(self._gather, LocalGather) and self._gather.rank >= 0:
             hang_sinks = [s for s in sinks if s is not self._summary] \
                 if self._gather.is_metrics_rank else None
             self._hang = _start_hang_watchdog(self, ranks, hang_sinks)

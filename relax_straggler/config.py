@@ -61,6 +61,14 @@ class StragglerConfig:
     control_every: int = flag_field(50, "Steps between the metrics rank's decisions to every rank (sample or "
                                         "hold, the control file's command, stop), each applied at least 16 steps "
                                         "after it was sent.")
+    side_node_size: int = flag_field(
+        0, "Hierarchical side channel: ranks gather to a leader per node of this many consecutive ranks, leaders "
+           "to the metrics rank through a tree (-1: the launcher's LOCAL_WORLD_SIZE; 0: one flat group, the "
+           "default).")
+    side_fanout: int = flag_field(8, "Hierarchical side channel: leaders per group at each level above the nodes.")
+    side_lazy_init: bool = flag_field(
+        False, "Create the side channel's Gloo groups with lazy connections (TORCH_GLOO_LAZY_INIT): a rank "
+               "connects only to the peers it exchanges with, on first use.", action="store_true")
     queue_size: int = flag_field(64, "Reports waiting for the sinks before new ones are dropped (and counted).")
     max_events: int = flag_field(4096, "Timing events per step (two per section).")  # event-pool slots
     max_ops: Optional[int] = flag_field(
@@ -119,6 +127,10 @@ class StragglerConfig:
                 parse_writer_url(self.store_url)
             except ValueError as exc:
                 raise bad("store", f"is not a store URL ({exc})", self.store_url) from None
+        if not _is_int(self.side_node_size) or self.side_node_size < -1:
+            raise bad("side-node-size", "must be an integer >= -1", self.side_node_size)
+        if not _is_int(self.side_fanout) or self.side_fanout < 2:
+            raise bad("side-fanout", "must be an integer >= 2", self.side_fanout)
         if not _is_int(self.queue_size) or self.queue_size < 1:
             raise bad("queue-size", "must be an integer >= 1", self.queue_size)
         if not _is_int(self.max_events) or self.max_events < 2:

@@ -1,7 +1,8 @@
 """Faults on the collection side: report sinks that block, raise or crawl, a peer or the
 metrics rank killed (SIGKILL) or stopped (SIGSTOP, for good or for 20 s), a side-group
-gather that fails or never finishes, a metrics rank whose report thread stalls 30 s, an
-exception raised inside a section.
+gather that fails or never finishes, a node leader of the hierarchical side channel killed or
+stopped,
+a metrics rank whose report thread stalls 30 s, an exception raised inside a section.
 
 Each test asserts that training finishes (or fails exactly as it would without the
 analyzer), that no training step was held on a rank the fault is not on (the step-time
@@ -403,6 +404,67 @@ def test_a_side_group_gather_that_fails_or_never_finishes_stops_the_analysis_on_
         assert x["outcome"] == "finished" and x["uninstall_s"] <= BOUND_S + MARGIN_S, x
     reported = ranks[0]["reported"]
     assert reported == sorted(reported) and reported[:10] == list(range(10)), reported
+
+
+def run_ranks(out: Path, world: int, fault: str, faulty: int, steps: int, *extra: str,
+              limit_s: float = 90.0) -> dict[int, dict]:
+    """Runs fault_peer.py (independent training) on `world` plain processes, FAULT kill or
+    stop on rank `faulty`; returns each survivor's result once they ended, asserting they
+    exited 0 within limit_s. The faulty rank is SIGKILLed then if still there (a stopped one)."""
+    out.mkdir(parents=True)
+    port = free_port()
+    procs = {}
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                   LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        with open(out / f"stderr{rank}.txt", "w") as err:
+            procs[rank] = subprocess.Popen([sys.executable, str(WORKER), str(out), "independent", fault, str(faulty),
+                                            str(steps), *extra], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=err)
+    deadline = time.monotonic() + limit_s
+    codes = {}
+    for rank, proc in procs.items():
+        if rank == faulty:
+            continue
+        try:
+            codes[rank] = proc.wait(max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            codes[rank] = None
+    for proc in procs.values():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    for rank, code in codes.items():
+        assert code == 0, f"rank {rank} exited {code}:\n{(out / f'stderr{rank}.txt').read_text()[-3000:]}"
+    return {r: json.loads((out / f"rank{r}.json").read_text()) for r in codes}
+
+
+LEADER_STEPS = 300
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_dead_or_stopped_node_leader_ends_the_analysis_on_every_other_rank_naming_it(tmp_path, fault):
+    # 4 ranks in nodes of 2 (hierarchical side channel): rank 2, the leader of ranks 2 and 3,
+    # is killed or stopped at step 10; 20 ms steps outlast the 3 s a stuck gather is given.
+    # The ranks start together: only the analysis connects them.
+    ranks = run_ranks(tmp_path / "run", 4, fault, 2, LEADER_STEPS, "--step-ms", "20", "--node-size", "2", "--aligned")
+    assert_not_blocked({r: x["step_s"] for r, x in ranks.items()}, warmup=1, expected_steps=LEADER_STEPS)
+    for r, x in ranks.items():
+        assert (x["outcome"], x["trained"]) == ("finished", LEADER_STEPS), x
+        assert x["uninstall_s"] <= BOUND_S + MARGIN_S, x
+        assert len(stop_warnings(x)) == 1, (r, x["warnings"])
+    # The metrics rank's gather from rank 2 failed or stayed unfinished: it names rank 2. The
+    # others stop for its decision, or for the decision's absence where the decisions'
+    # broadcast, which rank 2 is part of, failed or hung before reaching them (as with the flat
+    # channel); rank 3, whose gathers to its leader failed at once, names it too.
+    code = GATHER_FAILED if fault == "kill" else GATHER_STUCK
+    assert ranks[0]["stopped_by"][:2] == [0, code], ranks[0]["warnings"]
+    assert "from rank(s) 2 " in stop_warnings(ranks[0])[0], ranks[0]["warnings"]
+    if fault == "kill":
+        assert "its level-0 leader, rank 2" in stop_warnings(ranks[3])[0], ranks[3]["warnings"]
+    # Whole and in order up to the fault, but for the steps the leader had not forwarded yet.
+    steps = ranks[0]["reported"]
+    assert 5 <= len(steps) <= 10 and steps == list(range(len(steps))), steps
 
 
 def test_a_peer_stopped_for_20_s_never_holds_the_other_ranks_training(tmp_path):

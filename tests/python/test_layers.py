@@ -27,8 +27,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     # the engine's Python front: judging (live and windowed), the confirmed verdict, what-if, readers
     frozenset({"detect", "window", "report", "confirm", "whatif", "readers"}),
     # collection in the training process and the report sinks
-    frozenset({"hooks", "module_stages", "collectives", "aggregation", "control", "lockstep", "join", "works",
-               "op_records", "kernel_evidence", "run_queue", "gc_pauses", "stack_sampler", "reporters", "hang"}),
+    frozenset({"hooks", "module_stages", "collectives", "aggregation", "side_tree", "side_channel", "lazy_gloo",
+               "control", "lockstep", "join", "works", "op_records", "kernel_evidence", "run_queue", "gc_pauses",
+               "stack_sampler", "reporters", "hang"}),
     # the three products: the live analyzer, offline analysis, the monitor service
     frozenset({"analyzer", "analysis", "monitor"}),
     # entry points and adapters

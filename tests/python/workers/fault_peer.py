@@ -1,8 +1,9 @@
-"""Worker for test_faults: two Gloo ranks, one of which meets a fault at a fixed step; the
-other trains on. Every rank writes what it saw.
+"""Worker for test_faults: Gloo ranks (two; four for the hierarchical side channel), one of
+which meets a fault at a fixed step; the others train on. Every rank writes what it saw.
 
 Usage (one process per rank, MASTER_ADDR / MASTER_PORT / RANK / WORLD_SIZE set):
     fault_peer.py OUT_DIR MODE FAULT FAULTY_RANK STEPS [--unobserved] [--step-ms MS] [--stall-timeout S]
+                  [--node-size N] [--aligned]
 MODE: ddp (one DDP model: a peer's fault is the training's own) or independent (each rank
 trains its own model; only the analysis connects the ranks, as rollout workers do).
 FAULT, at step FAULT_STEP of FAULTY_RANK:
@@ -13,7 +14,10 @@ FAULT, at step FAULT_STEP of FAULTY_RANK:
   sink-stalls     (the metrics rank) its report callback blocks SINK_STALL_S s at that step's report
 Each rank sleeps --step-ms per step (0 by default). --stall-timeout: the seconds an
 unfinished side-group gather is given before it counts as a failure (default STALL_TIMEOUT_S
-here; the product's own is minutes).
+here; the product's own is minutes). --node-size: the hierarchical side channel with nodes
+of N ranks (default: the flat one). --aligned: the ranks start training together (a barrier
+after install; the metrics rank's install takes longer, and four ranks on two cores drift
+apart by more than the 16 steps a decision is given).
 Each rank that lives writes OUT_DIR/rank{R}.json: outcome ("finished" or "error"), error
 type, the step it failed at, steps trained, uninstall seconds, the steps report_fn was
 given (metrics rank), counters, its step times (s), why the analysis stopped on it (or
@@ -84,6 +88,8 @@ def main() -> None:
     p.add_argument("--unobserved", action="store_true")
     p.add_argument("--step-ms", type=float, default=0.0)
     p.add_argument("--stall-timeout", type=float, default=STALL_TIMEOUT_S)
+    p.add_argument("--node-size", type=int, default=0)
+    p.add_argument("--aligned", action="store_true")
     args = p.parse_args()
     out, fault, faulty = args.out, args.fault, args.faulty
     warnings = Warnings()
@@ -106,8 +112,10 @@ def main() -> None:
 
     config = StragglerConfig(enabled=not args.unobserved, interval=1, warmup_steps=0, control_every=5,
                              control_file=os.path.join(out, "control.json"),
-                             jsonl_path=os.path.join(out, "straggler.jsonl"))
+                             jsonl_path=os.path.join(out, "straggler.jsonl"), side_node_size=args.node_size)
     analyzer = relax_straggler.install(model, opt, config=config, report_fn=report_fn)
+    if args.aligned:
+        dist.barrier()
     if rank == faulty and fault in ("gather-fails", "gather-hangs"):
         inject_into_gather_of(lambda: step, FAULT_STEP, fails=fault == "gather-fails")
     gen = torch.Generator().manual_seed(rank)
