@@ -34,7 +34,8 @@ STEP_S = 0.005
 MODES = {"flat-0": (0, 0), "tree-0": (2, 0), "flat-1": (0, 1), "tree-1": (2, 1)}  # (side_node_size, metrics rank)
 
 
-def known_row(sample, tokens, rank, group=None, forward_passes=math.nan, kernel=None, run_queue_ms=math.nan):
+def known_row(sample, tokens, rank, group=None, forward_passes=math.nan, kernel=None, run_queue_ms=math.nan, gc=None,
+              stack=None):
     """The row of (rank, step): 5 core stages near 40 ms; rank 3 slower in forward."""
     rng = np.random.default_rng(1000 * sample.step + rank)
     ms = np.full(len(STAGES), np.nan)
@@ -44,7 +45,7 @@ def known_row(sample, tokens, rank, group=None, forward_passes=math.nan, kernel=
         ms[STAGE_IDS["forward"]] *= 1.5
     zeros = np.where(np.isnan(ms), np.nan, 0.0)
     return pack(sample.step, tokens, rank, ms, ms, zeros, np.where(np.isnan(ms), np.nan, 1.0), (), group,
-                forward_passes, run_queue_ms=float(rng.exponential(1.0)))
+                forward_passes, run_queue_ms=float(rng.exponential(1.0)), stack=stack)
 
 
 def main() -> None:
@@ -62,8 +63,9 @@ def main() -> None:
         reports: list[str] = []
         config = StragglerConfig(enabled=True, interval=1, warmup_steps=0, control_every=5, hang_seconds=0,
                                  side_node_size=node_size, metrics_rank=metrics_rank)
-        analyzer = relax_straggler.install(model, opt, config=config,
-                                           report_fn=lambda m, step: reports.append(json.dumps([step, m])))
+        analyzer = relax_straggler.install(
+            model, opt, config=config,
+            report_fn=lambda m, step, details: reports.append(json.dumps([step, {**m, **details}])))
         clock = StepClock()
         for _ in range(steps):
             with clock:
