@@ -561,7 +561,6 @@ class Analyzer:
         report.metrics.update(self._whatif.metrics(pending.op_rows()))
         return dataclasses.replace(report, verdict=verdict)
 
-
     def _ask_for_stacks(self, verdict: Any) -> None:
         """Report thread: a rank newly confirmed a straggler is asked for its stack in the next
         decision (the headline's first); a rank no longer confirmed may be asked again later."""

@@ -382,7 +382,6 @@ class ConfirmedVerdict:
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
                                           rank_to_node=self._window.rank_to_node)
 
-
     def _with_stacks(self, findings: tuple[Finding, ...], stacks: Mapping[int, StackSample],
                      reset: bool) -> tuple[Finding, ...]:
         """The straggler findings with their rank's sampled stack; a rank no longer confirmed

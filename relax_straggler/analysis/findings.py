@@ -243,7 +243,6 @@ def _input(result: RunResult) -> InputFacts:
     )
 
 
-
 def build_analysis(result: RunResult) -> Analysis:
     """The typed answer of a RunResult (findings grouped per worker, stage or link; the
     verdict; the per-rank scores)."""

@@ -13,7 +13,6 @@ from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import STEP_METRIC, Sample, samples_to_table
 
 
-
 @pytest.fixture
 def store(store_url):
     s = open_store(store_url)
