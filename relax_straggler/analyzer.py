@@ -517,7 +517,8 @@ class Analyzer:
     def _publish(self, sample: Any, kernel: Any = None) -> None:
         row = row_from_sample(sample, self._tokens, self._gather.rank, self._comparison_group,
                               self._hooks.forward_passes, kernel, self._run_queue.elapsed_ms(),
-                              self._gc.take(self._step), self._stacks.take())
+                              self._gc.take(self._step), self._stacks.take(),
+                              untimed=self._collectives is not None or isinstance(self._gather, LocalGather))
         request = None if self._gather.is_metrics_rank else self._gather.failure  # the metrics rank decides itself
         pending = self._gather.gather(row, self._ops.take_row(sample.step), sample.step, request)
         if pending is not None and self._pipeline is not None:

@@ -204,12 +204,13 @@ def unpack(rows: np.ndarray) -> Gathered:
 def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = None,
                     forward_passes: float = np.nan, kernel: Optional[np.ndarray] = None,
                     run_queue_ms: float = np.nan, gc: Optional[Sequence[float]] = None,
-                    stack: Optional[np.ndarray] = None) -> np.ndarray:
+                    stack: Optional[np.ndarray] = None, untimed: bool = True) -> np.ndarray:
     """Packs a StageTimer StepSample (group, forward_passes, kernel, run_queue_ms, gc, stack:
     as in pack). When the collective layer timed collectives, the communication stages come
-    from them: `communication` is the wall time with a
-    collective in flight and `communication/<op>` the summed durations per op. The
-    `untimed` stage is the sample's untimed_ms (NaN: not measured)."""
+    from them: `communication` is the wall time with a collective in flight and
+    `communication/<op>` the summed durations per op. The `untimed` stage is the sample's
+    untimed_ms (NaN: not measured); untimed=False leaves it NaN (a rank whose collectives
+    are not timed spends its waits on peers there, which would blame the waiting rank)."""
     from relax_straggler.stages import COMMUNICATION_OPS, stage_id
 
     device = np.array(sample.device_ms, dtype=np.float64)
@@ -226,10 +227,10 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
             device[sid] = host[sid] = ms
             waited[sid] = 0.0
             calls[sid] = n
-    untimed = float(sample.untimed_ms)
-    if math.isfinite(untimed):  # a measured stage: the timer's host time outside every section
+    outside = float(sample.untimed_ms) if untimed else math.nan
+    if math.isfinite(outside):  # a measured stage: the timer's host time outside every section
         sid = stage_id("untimed")
-        device[sid] = host[sid] = untimed
+        device[sid] = host[sid] = outside
         waited[sid] = 0.0
         calls[sid] = 1.0
     return pack(sample.step, tokens, rank, device, host, waited, calls, sample.comparable_ms, group, forward_passes,

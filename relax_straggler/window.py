@@ -12,6 +12,9 @@ Metrics (all under ``straggler/window/``; see detect.WindowResult.metrics):
   anomaly_ranks, num_anomalies, votes/<rank>, stages/<rank>, link_suspects,
   anomaly_nodes (with a node map), imbalance/<stage> (with a group map), steps, elapsed_ms.
 
+The measured `untimed` stage (time outside every section) is left out: a sub-millisecond,
+scheduling-noisy column would dilute the clusterers' "slow in half the stages" rule, and
+the confirmed verdict judges it report by report and by its sequential test.
 Reports may name different stage subsets (a stage no rank ran is left out of a report):
 the window is laid out over the union, in relax_straggler.stages order, with NaN where
 a report lacked a stage. A change in the number of ranks starts a new window.
@@ -30,7 +33,7 @@ import numpy as np
 
 from relax_straggler.detect import WindowConfig, WindowResult
 from relax_straggler.detect import window as detect_window
-from relax_straggler.stages import STAGE_IDS
+from relax_straggler.stages import MEASURED_STAGES, STAGE_IDS
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,8 @@ class WindowDetector:
                         judged.shape[0], self._held[-1][2].shape[0])
             self._held.clear()
             self._since = 0
-        self._held.append((int(report.step), stages, judged.copy()))
+        kept = [i for i, s in enumerate(stages) if s not in MEASURED_STAGES]
+        self._held.append((int(report.step), tuple(stages[i] for i in kept), judged[:, kept].copy()))
         self._since += 1
         if self._since < self.every or len(self._held) < min(self.every, self.window):
             return {}

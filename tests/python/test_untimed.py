@@ -66,6 +66,10 @@ def test_unsampled_steps_measure_nothing_and_the_row_carries_the_stage():
     g = unpack(row_from_sample(sample, math.nan, 0)[None, :])
     assert g.device_ms[0, UNTIMED] == g.host_ms[0, UNTIMED] == sample.untimed_ms >= 5.0
     assert g.waited_ms[0, UNTIMED] == 0.0 and g.calls[0, UNTIMED] == 1.0
+    # Without timed collectives a rank's waits on its peers fall outside its sections: the
+    # stage is then not measured, or it would blame the rank that waits.
+    blind = unpack(row_from_sample(sample, math.nan, 0, untimed=False)[None, :])
+    assert math.isnan(blind.device_ms[0, UNTIMED]) and math.isnan(blind.host_ms[0, UNTIMED])
 
 
 def test_untimed_is_no_section():
