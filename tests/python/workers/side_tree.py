@@ -35,7 +35,7 @@ MODES = {"flat-0": (0, 0), "tree-0": (2, 0), "flat-1": (0, 1), "tree-1": (2, 1)}
 
 
 def known_row(sample, tokens, rank, group=None, forward_passes=math.nan, kernel=None, run_queue_ms=math.nan, gc=None,
-              stack=None):
+              stack=None, untimed=True):
     """The row of (rank, step): 5 core stages near 40 ms; rank 3 slower in forward."""
     rng = np.random.default_rng(1000 * sample.step + rank)
     ms = np.full(len(STAGES), np.nan)
