@@ -241,8 +241,7 @@ def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
     from relax_straggler import StragglerConfig
     from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
     from relax_straggler.payload import unpack
-    from relax_straggler.report import all_stages, build_report, kernel_all_stages
-    from relax_straggler.stages import STAGES
+    from relax_straggler.report import build_report, judge
     from relax_straggler.whatif.live import LiveWhatIf
 
     rng = np.random.default_rng(seed)
@@ -262,14 +261,9 @@ def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
         t0 = time.perf_counter()
         report = build_report(unpack(rows), step, config, 0, {})
         t1 = time.perf_counter()
-        kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
-        result = verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
-                                groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms)
-        report.metrics.update(result.metrics())
-        if result.window is not None:
-            report.metrics.update(result.window.metrics())
+        report = judge(report, verdict, whatif, no_ops)
+        if report.verdict.window is not None:
             windowed.append(step)
-        report.metrics.update(whatif.metrics(no_ops))
         times.append(time.perf_counter() - t0)
         builds.append(t1 - t0)
     skip = min(reports // 2, 20)

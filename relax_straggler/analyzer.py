@@ -43,7 +43,7 @@ from relax_straggler.kernel_evidence import KernelSource, open_source
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
-from relax_straggler.report import Report, all_stages, build_report, kernel_all_stages
+from relax_straggler.report import Report, build_report, judge
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
@@ -551,16 +551,9 @@ class Analyzer:
         wanted = ConfirmConfig.from_config(config)
         if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
             self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
-        kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
-        verdict = self._verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES,
-                                       groups=report.groups, kernel=kernel, run_queue_ms=report.run_queue_ms,
-                                       gc=report.gc, stacks=report.stacks)
-        self._ask_for_stacks(verdict)
-        report.metrics.update(verdict.metrics())
-        if verdict.window is not None:
-            report.metrics.update(verdict.window.metrics())
-        report.metrics.update(self._whatif.metrics(pending.op_rows()))
-        return dataclasses.replace(report, verdict=verdict)
+        report = judge(report, self._verdict, self._whatif, pending.op_rows())
+        self._ask_for_stacks(report.verdict)
+        return report
 
     def _ask_for_stacks(self, verdict: Any) -> None:
         """Report thread: a rank newly confirmed a straggler is asked for its stack in the next

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -50,7 +50,8 @@ from relax_straggler.stages import STAGES, is_communication
 from relax_straggler.workload import normalize_workload
 
 if TYPE_CHECKING:
-    from relax_straggler.confirm import VerdictResult
+    from relax_straggler.confirm import ConfirmedVerdict, VerdictResult
+    from relax_straggler.whatif.live import LiveWhatIf
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,22 @@ class Report:
     @property
     def num_ranks(self) -> int:
         return int(self.device_ms.shape[0])
+
+
+def judge(report: "Report", verdict: "ConfirmedVerdict", whatif: "LiveWhatIf", op_rows: np.ndarray) -> "Report":
+    """The report judged across reports: `verdict` (the run's confirmed verdict) takes it,
+    every stage laid out in STAGES order with its kernel records, run-queue waits, GC pauses
+    and sampled stacks; its metrics get the verdict's, the window ensemble's when it ran and
+    the live what-if's of op_rows ((ranks, op row length) float64, (ranks, 0) without per-op
+    records). The metrics rank's report thread and the benchmarks judge through it."""
+    kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
+    result = verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES, groups=report.groups,
+                            kernel=kernel, run_queue_ms=report.run_queue_ms, gc=report.gc, stacks=report.stacks)
+    report.metrics.update(result.metrics())
+    if result.window is not None:
+        report.metrics.update(result.window.metrics())
+    report.metrics.update(whatif.metrics(op_rows))
+    return replace(report, verdict=result)
 
 
 def all_stages(ms: np.ndarray, stages: tuple[str, ...]) -> np.ndarray:
