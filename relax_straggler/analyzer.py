@@ -487,13 +487,17 @@ class Analyzer:
             log.warning("relax_straggler: the side group could not be released cleanly: %s", reason(exc))
 
     def _begin_step(self, step: int) -> None:
-        if self._timer.begin_step(step):
+        timed = self._timer.begin_step(step)
+        if timed:
             self._run_queue.start()
             self._gc.mark(step)
-            if self._stacks.armed:
-                self._stacks.step_began(self._last_step_s)
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.begin_step(step))
+        # A stack sample holds the interpreter lock (and, on a crowded host, waits for a CPU
+        # holding it): the step it falls in runs longer, so it samples steps the verdict does
+        # not judge, but at interval 1 where every step is timed.
+        if self._stacks.armed and (not timed or self._timer.interval == 1):
+            self._stacks.step_began(self._last_step_s)
 
     def _kernel_fields(self, step: int) -> Any:
         """The kernel fields of the sampled step that just ended, or None (not measured)."""

@@ -2,14 +2,15 @@
 
 When the metrics rank confirms a straggler, its next decision to every rank
 (relax_straggler.lockstep) names that rank, and that rank arms its StackSampler: in each of
-its next STEPS sampled steps a sampler thread of its own reads the training thread's
-current frame SAMPLES times, spread evenly over the step's expected length, through
+its next STEPS steps that the analyzer does not time (a sample lengthens the step it falls
+in; at interval 1, where every step is timed, those) a sampler thread of its own reads the
+training thread's current frame SAMPLES times, spread evenly over the step's expected length, through
 sys._current_frames(). The training thread is never stopped or called into: the sampler
 holds the interpreter lock for one dict of frames and a walk of at most MAX_DEPTH of them
 (docs/PERFORMANCE.md, "Stack samples"). A sample counts the innermost frame of the user's
 code: outside torch, the standard library and this package (the function that spins, the
 forward that sleeps, the line that called backward); the innermost frame of all when every
-frame is library code. After STEPS sampled steps the TOP most frequent (file name, line,
+frame is library code. After STEPS such steps the TOP most frequent (file name, line,
 function) travel once in the rank's row (relax_straggler.stacks) and the verdict's facts
 carry them (relax_straggler.confirm, Facts.stack).
 
@@ -32,8 +33,8 @@ import torch
 
 from relax_straggler.stacks import TOP, StackFrame, StackSample, encode
 
-STEPS = 3  # sampled steps a request covers
-SAMPLES = 4  # samples per sampled step
+STEPS = 3  # steps a request covers
+SAMPLES = 4  # samples per step
 MAX_DEPTH = 64  # frames walked per sample, innermost first
 
 # Library code a sample looks through for the user's frame.
@@ -56,8 +57,8 @@ def user_frame(frame) -> tuple[str, int, str]:
 
 
 class StackSampler:
-    """Samples this rank's training thread's stack over its next STEPS sampled steps once
-    armed. arm(), step_began() and take() are called by the training thread; the sampling
+    """Samples this rank's training thread's stack over the next STEPS steps it is told of
+    (step_began) once armed. arm(), step_began() and take() are called by the training thread; the sampling
     runs on a daemon thread of its own."""
 
     def __init__(self, steps: int = STEPS, samples: int = SAMPLES) -> None:
@@ -66,7 +67,7 @@ class StackSampler:
         self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
-        self._left = 0  # sampled steps still to sample
+        self._left = 0  # steps still to sample
         self._target = 0  # thread ident of the training thread
         self._span_s = 0.0  # expected step length, s
         self._counts: collections.Counter = collections.Counter()
@@ -78,7 +79,7 @@ class StackSampler:
         return self._left > 0
 
     def arm(self) -> None:
-        """Starts a request: the next STEPS sampled steps are sampled (a request under way
+        """Starts a request: the next STEPS steps told of are sampled (a request under way
         starts over)."""
         with self._lock:
             self._counts.clear()
@@ -90,7 +91,7 @@ class StackSampler:
             self._thread.start()
 
     def step_began(self, span_s: float) -> None:
-        """A sampled step begins on the calling (training) thread, expected to last span_s s."""
+        """A step to sample begins on the calling (training) thread, expected to last span_s s."""
         if self._left > 0:
             self._target, self._span_s = threading.get_ident(), max(span_s, 1e-3)
             self._wake.set()

@@ -98,3 +98,26 @@ def test_the_stack_is_in_the_facts_of_the_rank_while_it_is_confirmed_and_then_fo
         elif k < 6:
             assert all(f.facts.stack is None for f in named)
     assert all(f.facts.stack is None for f in result.findings)  # released: forgotten
+
+
+@pytest.mark.parametrize("interval", [2, 3, 1])
+def test_the_stack_is_sampled_on_steps_the_timer_does_not_time(interval):
+    # A sample holds the interpreter lock, and on a crowded host waits for a CPU while it
+    # does: the step it falls in runs longer. The steps the verdict judges are never those
+    # (but at interval 1, where every step is timed).
+    import relax_straggler
+    from relax_straggler import StragglerConfig
+
+    config = StragglerConfig(enabled=True, console=False, interval=interval, warmup_steps=0)
+    analyzer = relax_straggler.install(None, None, config=config)
+    began = []
+    try:
+        analyzer._stacks.arm()  # what the metrics rank's decision naming this rank does
+        analyzer._stacks.step_began = lambda span_s: began.append(analyzer._step)
+        for _ in range(4 * interval):
+            analyzer.step()
+    finally:
+        analyzer.uninstall()
+    assert began, "the armed sampler was never started"
+    if interval > 1:
+        assert [s for s in began if s % interval == 0] == [], began
