@@ -14,14 +14,14 @@ gather that failed (a rank gone), or one unfinished for STALL_TIMEOUT_S (a rank 
 is this rank's `failure`; what follows from it (every rank ends the analysis at the same
 step) is the metrics rank's decision (relax_straggler.lockstep). A finished collective is
 told from a failed one by relax_straggler.works, never by a wait's timeout. A group left
-with a collective waiting for a stopped rank is never destroyed (see _keep_alive), so
-neither uninstall nor the process exit waits for Gloo's timeout.
+with a collective waiting for a stopped rank is never freed, nor that collective
+(relax_straggler.works.never_free): neither uninstall nor the process exit waits for Gloo's
+timeout, and the exit cannot abort.
 """
 
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import threading
 import time
@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from relax_straggler.payload import ROW_LEN, PendingRows
 from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
-from relax_straggler.works import Outcome, outcome, reason
+from relax_straggler.works import Outcome, never_free, outcome, reason
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ class SideGroupGather:
         side group (no wait once the analysis stopped on this rank). clean=False: another
         collective on the group (the decisions' broadcast) may be unfinished. Returns True
         when the group was destroyed; False when an unfinished collective kept it (see
-        _keep_alive)."""
+        relax_straggler.works.never_free)."""
         self._abandoned.set()
         deadline = time.monotonic() + (0.0 if self._stopped is not None else timeout_s)
         while clean and self._pending:
@@ -254,12 +254,13 @@ class SideGroupGather:
                 clean = False
                 break
             self._pending.popleft()
+        unfinished = [launched.work for launched in self._pending]
         self._pending.clear()
         group, self.group = self.group, None
         if group is None or self.rank < 0:
             return True
         if not clean:
-            _keep_alive(group)
+            never_free(group, *unfinished)
             log.warning("relax_straggler: a side-group collective still waits for a stopped rank; the group is "
                         "released at process exit instead of being waited for")
         dist.destroy_process_group(group)
@@ -268,11 +269,3 @@ class SideGroupGather:
     def _fail(self, failure: SideFailure) -> None:
         if self.failure is None:
             self.failure = failure
-
-
-def _keep_alive(group: dist.ProcessGroup) -> None:
-    """Never frees `group`. A Gloo group's destructor joins its worker threads, which a
-    collective waiting for a stopped peer holds until Gloo's own timeout (30 min by
-    default): freed at uninstall or at interpreter exit, the group would hold the process
-    that long. Kept referenced, it ends with the process."""
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(group))

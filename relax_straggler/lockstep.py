@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from relax_straggler.control import ControlCommand, ControlFile
 from relax_straggler.side_failure import DECISION_FAILED, DECISION_LATE, SideFailure
-from relax_straggler.works import Outcome, outcome, reason
+from relax_straggler.works import Outcome, never_free, outcome, reason
 
 MIN_LAG_STEPS = 16  # steps between a decision's broadcast and its use, at least
 MAX_GRACE_S = 1.0  # the longest a rank waits for a late decision (also at most one step)
@@ -175,8 +175,10 @@ class LockstepChannel:
         works = self._sent + [work for _, work, _, _ in self._due]
         self._sent, self._due = [], collections.deque()
         deadline = time.monotonic() + timeout_s
-        for work in works:
+        for i, work in enumerate(works):
             state, _ = outcome(work, max(deadline - time.monotonic(), 0.0))
+            if state is Outcome.RUNNING:
+                never_free(*works[i:])
             if state is not Outcome.SUCCEEDED:
                 return False
         return True

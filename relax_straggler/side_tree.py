@@ -46,11 +46,11 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler import aggregation
-from relax_straggler.aggregation import STATUS_LEN, GatherUnavailable, _joined, _keep_alive
+from relax_straggler.aggregation import STATUS_LEN, GatherUnavailable, _joined
 from relax_straggler.payload import ROW_LEN
 from relax_straggler.lazy_gloo import lazy_connections
 from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
-from relax_straggler.works import Outcome, outcome, reason
+from relax_straggler.works import Outcome, never_free, outcome, reason
 
 log = logging.getLogger(__name__)
 
@@ -295,13 +295,13 @@ class TreeGather:
             self._relay.join(timeout=2 * _POLL_S + 1.0)
             clean = clean and not self._relay.is_alive()
         with self._lock:
+            unfinished = [work for entry in self._steps for work in entry.works]
             self._steps.clear()
         groups, self.groups, self.group = self.groups, [], None
         if not groups or self.rank < 0:
             return True
         if not clean:
-            for g in groups:
-                _keep_alive(g)
+            never_free(*groups, *unfinished)
             log.warning("relax_straggler: a side-group collective still waits for a stopped rank; the group is "
                         "released at process exit instead of being waited for")
         for g in groups:

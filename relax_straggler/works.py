@@ -10,6 +10,7 @@ raises the work's own error.
 
 from __future__ import annotations
 
+import ctypes
 from datetime import timedelta
 from enum import Enum
 from typing import Any, Optional
@@ -44,3 +45,17 @@ def reason(exc: BaseException, limit: int = 160) -> str:
     text = str(exc).strip()
     line = text.splitlines()[0] if text else type(exc).__name__
     return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def never_free(*held: Any) -> None:
+    """Never frees `held`: a side group with a collective that waits for a stopped rank, and
+    the unfinished collectives themselves (their Work, which holds their tensors). A Gloo
+    group's destructor joins its worker threads, which such a collective holds until Gloo's
+    own timeout (30 min by default): freed at uninstall or at interpreter exit, the group
+    would hold the process that long. And were the last reference to an unfinished Work
+    dropped, the worker thread would free its tensors when the collective ends, taking the
+    interpreter lock to do so; a thread that takes it while the interpreter exits aborts
+    the process ("terminate called without an active exception"). Kept referenced, they
+    end with the process."""
+    for obj in held:
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import relax_straggler
-from conftest import REAL_RUNS, REPO, free_port
+from conftest import REAL_RUNS, REPO, WorkerCrashed, free_port
 from relax_straggler.reporters.pipeline import ReportPipeline
 from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK
 from test_install import config, make, train
@@ -289,7 +289,8 @@ def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, *extra: 
     """Runs fault_peer.py on 2 Gloo ranks (plain processes: torchrun would end the survivor
     when the faulty rank dies). resume_after_s: SIGCONT the faulty rank that long after it
     stopped itself. Returns the survivor's (exit code, result, stderr, wall s); the faulty
-    rank is SIGKILLed afterwards if still there (a stopped one)."""
+    rank is SIGKILLed afterwards if still there (a stopped one). Raises WorkerCrashed when
+    the survivor was killed by a signal."""
     out.mkdir(parents=True)
     port = free_port()
     procs = []
@@ -320,6 +321,8 @@ def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, *extra: 
         p.wait(30)
     stderr = (out / f"stderr{1 - faulty}.txt").read_text()
     assert code is not None, f"the surviving rank {1 - faulty} hung (> {limit_s} s):\n{stderr[-3000:]}"
+    if code < 0:
+        raise WorkerCrashed(f"the surviving rank {1 - faulty} was killed by signal {-code}:\n{stderr[-3000:]}")
     result_path = out / f"rank{1 - faulty}.json"
     assert result_path.exists(), f"rank {1 - faulty} wrote no result (exit {code}):\n{stderr[-3000:]}"
     return code, json.loads(result_path.read_text()), stderr, wall

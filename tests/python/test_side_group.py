@@ -103,6 +103,31 @@ def test_a_gather_that_never_finishes_is_this_ranks_failure_after_the_stall_time
     side.close(timeout_s=0.0)
 
 
+def test_a_gather_unfinished_at_close_is_never_freed(one_rank_world, monkeypatch):
+    # Its Work holds its tensors: were the last reference dropped here, Gloo's worker thread
+    # would free them when the collective ends, taking the interpreter lock, and a thread
+    # that takes it while the interpreter exits aborts the process.
+    import gc
+    import weakref
+
+    from relax_straggler.aggregation import SideGroupGather
+
+    class Never(LateWork):
+        def wait(self, timeout=None):
+            raise RuntimeError("Operation timed out!")
+
+    side = SideGroupGather([0], metrics_rank=0)
+    works = []
+    monkeypatch.setattr(dist, "gather", lambda *args, **kwargs: works.append(Never()) or works[-1])
+    for step in range(2):
+        side.gather(np.zeros(ROW_LEN), step=step)
+    kept = [weakref.ref(w) for w in works]
+    assert side.close(timeout_s=0.0) is False
+    works.clear()
+    gc.collect()
+    assert all(ref() is not None for ref in kept)
+
+
 def test_the_metrics_rank_reads_a_stop_another_rank_asks_for_in_its_rows(one_rank_world):
     from relax_straggler.aggregation import SideGroupGather
 
