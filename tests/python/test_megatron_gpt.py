@@ -11,6 +11,7 @@ import math
 import pytest
 
 from conftest import REAL_RUNS, REPO, torchrun
+from truth import unfounded
 from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
@@ -94,8 +95,12 @@ def test_the_layout_is_pp2_dp2_and_training_converges(run):
 def test_healthy_nobody_confirmed(run):
     healthy = run.reports_in(run.phase("healthy"))
     assert len(healthy) == 7
+    # Nothing is injected yet: a rank confirmed here must be one the crowded host really
+    # slowed (tests/python/truth.py); the comparison groups are the pipeline stages' ranks.
+    as_jsonl = [dict(r, verdict={"findings": r["findings"]}) for r in run.reports]
+    first, last = healthy[0]["step"], healthy[-1]["step"]
+    assert [u for u in unfounded(as_jsonl, groups=[[0, 1], [2, 3]]) if first <= u[0] <= last] == [], describe(healthy)
     for r in healthy:
-        assert (named(r)[0] == -1 or contended(r)) and findings(r, "straggler") == [], describe(healthy)
         assert findings(r, "imbalance", "forward") == [], describe(healthy)
 
 

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from truth import unfounded
 from workers.step_times import assert_not_blocked
 
 pytestmark = REAL_RUNS
@@ -42,8 +43,6 @@ def test_no_training_step_is_held_and_the_side_group_never_fails(run):
 def test_every_sampled_step_is_reported_and_nobody_is_confirmed(run):
     _, reports = run
     assert [r["step"] for r in reports] == list(range(WARMUP, STEPS, INTERVAL))
-    # 4 ranks share 2 cores: a rank the scheduler keeps waiting for a CPU is really slower,
-    # named as host contention (tests/python/test_run_queue.py); nothing else is slow here.
-    confirmed = [(r["step"], f["rank"], f["stage"], f["cause"]) for r in reports for f in r["verdict"]["findings"]
-                 if f["state"] == "straggler" and f["cause"] != "host_contention"]
-    assert confirmed == []
+    # Nothing is injected: a rank confirmed here must be one the crowded host really slowed
+    # (tests/python/truth.py); the comparison groups are the pipeline stages' ranks.
+    assert unfounded(reports, groups=[[0, 1], [2, 3]]) == []

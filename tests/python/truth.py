@@ -1,0 +1,60 @@
+"""The oracle for "nobody confirmed" on a real run: what the raw stage times say.
+
+Ranks sharing 2 cores with whatever else the machine runs are not alike: a rank whose core
+the scheduler (or a hyper-thread sibling) keeps busy is really slower, for as long as that
+lasts, and confirming it is the verdict's job, not a false alarm. So a healthy phase is not
+asserted to confirm nobody; it is asserted to confirm nobody the times do not show slow.
+The evidence is the reports' own `device_ms` (each rank's time per stage on the sampled
+step), independent of the verdict's statistics: over the reports that led to a
+confirmation (the verdict's history), the median of the rank's time over its peers' median
+in that stage. A confirmation is founded when that median ratio is at least MIN_RATIO (in a
+communication stage also at most 1 / MIN_RATIO: a rank that arrives late waits less than its
+peers) or when its cause is host contention (the rank's measured run-queue wait explains it,
+tests/python/test_run_queue.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Optional, Sequence
+
+MIN_RATIO = 1.05  # the smallest slowdown called real: 5 % over the peers' median
+HISTORY = 8  # reports a confirmation looks back on (ConfirmConfig.history)
+
+
+def _peer_median(row: Sequence[float], peers: Sequence[int]) -> float:
+    times = [row[p] for p in peers if math.isfinite(row[p])]
+    return statistics.median(times) if times else math.nan
+
+
+def median_ratio(reports: Sequence[dict], upto: int, rank: int, stage: str, group: Sequence[int]) -> float:
+    """Median over reports[upto - HISTORY + 1 .. upto] of rank's time in `stage` over the
+    median of its group's other ranks (NaN where no report has both)."""
+    ratios = []
+    for r in reports[max(0, upto - HISTORY + 1):upto + 1]:
+        if stage not in r["stages"]:
+            continue
+        s = r["stages"].index(stage)
+        column = [row[s] if row[s] is not None else math.nan for row in r["device_ms"]]
+        ref = _peer_median(column, [p for p in group if p != rank])
+        if math.isfinite(column[rank]) and ref > 0:
+            ratios.append(column[rank] / ref)
+    return statistics.median(ratios) if ratios else math.nan
+
+
+def unfounded(reports: Sequence[dict], groups: Optional[Sequence[Sequence[int]]] = None) -> list[tuple]:
+    """(step, rank, stage, cause, median ratio) of every confirmed finding in `reports` (JSONL
+    reports: step, stages, device_ms, verdict.findings) that the raw times do not support.
+    groups: the comparison groups as rank lists (default: all ranks, one group)."""
+    out = []
+    for i, r in enumerate(reports):
+        for f in r["verdict"]["findings"]:
+            if f["state"] != "straggler" or f["cause"] == "host_contention":
+                continue
+            group = next((g for g in groups if f["rank"] in g), []) if groups else range(len(r["device_ms"]))
+            x = median_ratio(reports, i, f["rank"], f["stage"], list(group))
+            late = f["stage"].startswith("communication") and x <= 1.0 / MIN_RATIO
+            if not (x >= MIN_RATIO or late):
+                out.append((r["step"], f["rank"], f["stage"], f["cause"], round(x, 3)))
+    return out
