@@ -11,6 +11,11 @@ in that stage. A confirmation is founded when that median ratio is at least MIN_
 communication stage also at most 1 / MIN_RATIO: a rank that arrives late waits less than its
 peers) or when its cause is host contention (the rank's measured run-queue wait explains it,
 tests/python/test_run_queue.py).
+
+An imbalance (a whole comparison group slower than the others) is founded when, over the
+reports that confirmed it (CONFIRM_REPORTS in a row), the median of its group's time less
+its slowest rank (one slow rank is a straggler, not its group's imbalance) over the median
+of the other groups' ranks is at least MIN_RATIO.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Optional, Sequence
 
 MIN_RATIO = 1.05  # the smallest slowdown called real: 5 % over the peers' median
 HISTORY = 8  # reports a confirmation looks back on (ConfirmConfig.history)
+CONFIRM_REPORTS = 3  # reports in a row that confirm (ConfirmConfig.confirm_reports)
 
 
 def _peer_median(row: Sequence[float], peers: Sequence[int]) -> float:
@@ -57,4 +63,31 @@ def unfounded(reports: Sequence[dict], groups: Optional[Sequence[Sequence[int]]]
             late = f["stage"].startswith("communication") and x <= 1.0 / MIN_RATIO
             if not (x >= MIN_RATIO or late):
                 out.append((r["step"], f["rank"], f["stage"], f["cause"], round(x, 3)))
+    return out
+
+
+def _stage_column(report: dict, stage: str) -> list[float]:
+    s = report["stages"].index(stage)
+    return [row[s] if row[s] is not None else math.nan for row in report["device_ms"]]
+
+
+def unfounded_imbalances(reports: Sequence[dict], groups: Sequence[Sequence[int]]) -> list[tuple]:
+    """(step, group, stage, median ratio) of every imbalance finding in `reports` that the raw
+    times do not support; groups: the comparison groups as rank lists, in group order."""
+    out = []
+    for i, r in enumerate(reports):
+        for f in r["verdict"]["findings"]:
+            if f["state"] != "imbalance":
+                continue
+            ratios = []
+            for q in reports[max(0, i - CONFIRM_REPORTS + 1):i + 1]:
+                column = _stage_column(q, f["stage"])
+                own = sorted(column[p] for p in groups[f["group"]] if math.isfinite(column[p]))[:-1]
+                others = [column[p] for g, ranks in enumerate(groups) if g != f["group"] for p in ranks
+                          if math.isfinite(column[p])]
+                if own and others:
+                    ratios.append(statistics.median(own) / statistics.median(others))
+            x = statistics.median(ratios) if ratios else math.nan
+            if not x >= MIN_RATIO:
+                out.append((r["step"], f["group"], f["stage"], round(x, 3)))
     return out
