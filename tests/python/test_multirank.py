@@ -79,7 +79,7 @@ def test_injected_forward_delay_names_rank_2(run_demo):
 INTERVAL = 5
 
 
-def test_a_healthy_run_of_50_reports_confirms_nobody(run_demo):
+def test_a_healthy_run_of_50_reports_confirms_no_rank_that_was_not_slower(run_demo):
     reports, summary = run_demo(4, "--steps", str(WARMUP + 50 * INTERVAL), "--straggler-interval", str(INTERVAL),
                                 "--straggler-warmup-steps", str(WARMUP))
     assert len(reports) == 50

@@ -29,6 +29,11 @@ HISTORY = 8  # reports a confirmation looks back on (ConfirmConfig.history)
 CONFIRM_REPORTS = 3  # reports in a row that confirm (ConfirmConfig.confirm_reports)
 
 
+def _stage_column(report: dict, stage: str) -> list[float]:
+    s = report["stages"].index(stage)
+    return [row[s] if row[s] is not None else math.nan for row in report["device_ms"]]
+
+
 def _peer_median(row: Sequence[float], peers: Sequence[int]) -> float:
     times = [row[p] for p in peers if math.isfinite(row[p])]
     return statistics.median(times) if times else math.nan
@@ -41,8 +46,7 @@ def median_ratio(reports: Sequence[dict], upto: int, rank: int, stage: str, grou
     for r in reports[max(0, upto - HISTORY + 1):upto + 1]:
         if stage not in r["stages"]:
             continue
-        s = r["stages"].index(stage)
-        column = [row[s] if row[s] is not None else math.nan for row in r["device_ms"]]
+        column = _stage_column(r, stage)
         ref = _peer_median(column, [p for p in group if p != rank])
         if math.isfinite(column[rank]) and ref > 0:
             ratios.append(column[rank] / ref)
@@ -64,11 +68,6 @@ def unfounded(reports: Sequence[dict], groups: Optional[Sequence[Sequence[int]]]
             if not (x >= MIN_RATIO or late):
                 out.append((r["step"], f["rank"], f["stage"], f["cause"], round(x, 3)))
     return out
-
-
-def _stage_column(report: dict, stage: str) -> list[float]:
-    s = report["stages"].index(stage)
-    return [row[s] if row[s] is not None else math.nan for row in report["device_ms"]]
 
 
 def unfounded_imbalances(reports: Sequence[dict], groups: Sequence[Sequence[int]]) -> list[tuple]:
