@@ -1,6 +1,7 @@
 """Worker for test_side_tree: the analyzer installed four times in a row on the same ranks,
-with the flat side channel and with the hierarchical one (nodes of 2 ranks), each with
-metrics rank 0 and 1 (1 is no node's first rank). Each rank's measured row is replaced by a
+with the flat side channel and with the hierarchical one (nodes of 2 ranks, 2 leaders a
+group at each level above them: on 8 ranks, two levels), each with metrics rank 0 and 1 (1
+is no node's first rank). Each rank's measured row is replaced by a
 known one of its (rank, step) (rank 3 is 50 % slower in forward), so the runs gather the
 same rows and must report the same. DDP training of 5 ms steps keeps the ranks in step, as
 training does.
@@ -32,6 +33,7 @@ from warnings_log import Warnings
 
 STEP_S = 0.005
 MODES = {"flat-0": (0, 0), "tree-0": (2, 0), "flat-1": (0, 1), "tree-1": (2, 1)}  # (side_node_size, metrics rank)
+FANOUT = 2
 
 
 def known_row(sample, tokens, rank, group=None, forward_passes=math.nan, kernel=None, run_queue_ms=math.nan, gc=None,
@@ -62,7 +64,7 @@ def main() -> None:
     for mode, (node_size, metrics_rank) in MODES.items():
         reports: list[str] = []
         config = StragglerConfig(enabled=True, interval=1, warmup_steps=0, control_every=5, hang_seconds=0,
-                                 side_node_size=node_size, metrics_rank=metrics_rank)
+                                 side_node_size=node_size, side_fanout=FANOUT, metrics_rank=metrics_rank)
         analyzer = relax_straggler.install(
             model, opt, config=config,
             report_fn=lambda m, step, details: reports.append(json.dumps([step, {**m, **details}])))
