@@ -4,7 +4,11 @@ stuck or broken group cannot block it.
 
 Keys live under ``relax_straggler/hang/<job>/`` (job: the launcher's run id and restart
 count): ``snapshot/<rank>`` per rank, ``answer``, and ``claim`` (taken by the rank that
-answers for a stopped metrics rank, released when steps end again). Over TCP the channel opens its own
+answers for a stopped metrics rank, released when steps end again), and ``snapshots``, the
+count of snapshots written and not removed, which the answering rank polls instead of
+reading every snapshot while it waits for them. A group's ranks travel as arithmetic runs
+(relax_straggler.hang.rank_runs), so a snapshot's size does not grow with the job's.
+Over TCP the channel opens its own
 client connection, at the first hang, with its own timeout: every call returns or raises
 within timeout_s and the training's store client is untouched.
 """
@@ -18,6 +22,8 @@ import threading
 from typing import Any, Callable, Optional
 
 import torch.distributed as dist
+
+from relax_straggler.hang.rank_runs import from_runs, to_runs
 
 
 def job_prefix() -> str:
@@ -67,25 +73,50 @@ class StoreChannel:
             return self._store
 
     def put_snapshot(self, rank: int, snapshot: dict[str, Any]) -> None:
-        self._get_store().set(f"{self.prefix}snapshot/{rank}", json.dumps(snapshot))
+        """Writes this rank's snapshot (its groups' "ranks" as runs), then counts it."""
+        groups = [{**{k: v for k, v in g.items() if k != "ranks"}, "rank_runs": to_runs(g["ranks"])}
+                  for g in snapshot["groups"]]
+        store = self._get_store()
+        store.set(self._key(rank), json.dumps({**snapshot, "groups": groups}))
+        store.add(f"{self.prefix}snapshots", 1)
 
     def delete_snapshot(self, rank: int) -> None:
-        self._get_store().delete_key(f"{self.prefix}snapshot/{rank}")
+        store = self._get_store()
+        if store.delete_key(self._key(rank)):
+            store.add(f"{self.prefix}snapshots", -1)
+
+    def published(self) -> int:
+        """How many snapshots are in the store now (written and not removed): one call."""
+        return int(self._get_store().add(f"{self.prefix}snapshots", 0))
 
     def snapshots(self, ranks: list[int]) -> dict[int, dict[str, Any]]:
-        """The snapshots present now among `ranks` (never waits for a missing one); an
-        unreadable value is skipped."""
+        """The snapshots present now among `ranks` (never waits for a missing one), each
+        group's ranks as a tuple shared by every snapshot that names the same runs; an
+        unreadable value is skipped. Two store calls when all are present, else two a rank."""
         store = self._get_store()
+        keys = [self._key(r) for r in ranks]
+        if keys and store.check(keys):
+            values = dict(zip(ranks, store.multi_get(keys)))
+        else:
+            values = {r: store.get(k) for r, k in zip(ranks, keys) if store.check([k])}
+        shared: dict[str, tuple[int, ...]] = {}
         out = {}
-        for rank in ranks:
-            key = f"{self.prefix}snapshot/{rank}"
-            if not store.check([key]):
-                continue
+        for rank, value in values.items():
             try:
-                out[rank] = json.loads(store.get(key))
-            except ValueError:
+                snap = json.loads(value)
+                for g in snap["groups"]:
+                    runs = g.pop("rank_runs")
+                    key = json.dumps(runs)
+                    if key not in shared:
+                        shared[key] = from_runs(runs)
+                    g["ranks"] = shared[key]
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
+            out[rank] = snap
         return out
+
+    def _key(self, rank: int) -> str:
+        return f"{self.prefix}snapshot/{rank}"
 
     def claim(self) -> bool:
         """Whether this caller is the first to claim the current hang (an atomic add)."""

@@ -7,8 +7,10 @@ through the StoreChannel (bounded by the channel's timeout), once per hang; when
 end again it removes it. The analyst then reads every rank's snapshot and publishes the
 answer once per hang: the metrics rank, or, when the metrics rank has published nothing
 collect_s after this rank's own snapshot (stopped or dead), the first other rank to
-claim the hang in the store. A rank other than the metrics rank makes at most four store
-calls per hang (its snapshot, one look for the metrics rank's, the claim, the removal).
+claim the hang in the store. A rank other than the metrics rank makes at most eight store
+calls per hang, whatever the job's size (its snapshot and its count, one look for the metrics
+rank's, the claim, the removal and its count, the claim's release); the answering rank polls
+the count and reads every snapshot once (two calls when all are in).
 No process group is used, so neither a stuck training group nor the analyzer's side group
 can hold the answer back (docs/DESIGN.md, "When the job stops"). Errors are logged once
 per hang and never reach training.
@@ -110,12 +112,21 @@ class HangWatchdog:
         return self._claimed
 
     def _answer(self, wait_s: float) -> None:
+        """Reads every snapshot once they are all in (the store's count says so), or what is
+        there after wait_s: one call a poll while waiting, and one more full read only when
+        a count reached early (a snapshot left from an earlier hang) missed a late rank."""
         deadline = time.monotonic() + wait_s
-        while True:  # every snapshot, or what is there after wait_s
-            snaps = {r: s for r, s in self._channel.snapshots(self.ranks).items()
-                     if s.get("wall", 0) >= self._since_wall}
-            if len(snaps) == len(self.ranks) or time.monotonic() >= deadline or self._stop.is_set():
-                break
+        seen = -1  # the count at the last full read
+        snaps: dict[int, dict[str, Any]] = {}
+        while True:
+            count = self._channel.published()
+            expired = time.monotonic() >= deadline or self._stop.is_set()
+            if (count >= len(self.ranks) and count != seen) or expired:
+                seen = count
+                snaps = {r: s for r, s in self._channel.snapshots(self.ranks).items()
+                         if s.get("wall", 0) >= self._since_wall}
+                if len(snaps) == len(self.ranks) or expired:
+                    break
             time.sleep(min(0.2, self.poll_s))
         answer = diagnose(snaps, self.ranks, now=time.time())
         log.warning("relax_straggler: hang: %s", answer.text())

@@ -326,6 +326,7 @@ class MemoryChannel:
 
     def __init__(self, fail: bool = False) -> None:
         self.data, self.answers, self.puts, self.deletes, self.fail = {}, [], 0, 0, fail
+        self.reads = 0  # calls of snapshots()
 
     def put_snapshot(self, rank, snapshot):
         self.puts += 1
@@ -337,20 +338,39 @@ class MemoryChannel:
         self.deletes += 1
         self.data.pop(rank, None)
 
+    def published(self):
+        return len(self.data)
+
     def snapshots(self, ranks):
+        self.reads += 1
         return {r: s for r, s in self.data.items() if r in ranks}
 
     def put_answer(self, answer):
         self.answers.append(answer)
 
 
-def watchdog(channel, steps, answers, hang_s=0.3, rank=0, inside=lambda: None):
+def watchdog(channel, steps, answers, hang_s=0.3, rank=0, inside=lambda: None, ranks=(0,), collect_s=0.1):
     from relax_straggler.hang.watchdog import HangWatchdog
 
-    progress = [group("0", (0,), entry(3, ago=1.0), desc="default_pg")]
-    return HangWatchdog(rank=rank, ranks=[0], metrics_rank=0, hang_s=hang_s, steps=lambda: steps[0],
+    progress = [group("0", ranks, entry(3, ago=1.0), desc="default_pg")]
+    return HangWatchdog(rank=rank, ranks=list(ranks), metrics_rank=0, hang_s=hang_s, steps=lambda: steps[0],
                         progress=lambda: progress, channel=channel, publish=answers.append, inside=inside,
-                        poll_s=0.05, collect_s=0.1)
+                        poll_s=0.05, collect_s=collect_s)
+
+
+def test_the_metrics_rank_reads_the_snapshots_once_when_all_are_in():
+    channel, steps, answers = MemoryChannel(), [3], []
+    w = watchdog(channel, steps, answers, ranks=(0, 1, 2), collect_s=5.0).start()
+    try:
+        wait_for(lambda: 0 in channel.data, timeout_s=10, what="the metrics rank's snapshot")
+        time.sleep(0.5)  # the others' watchdogs write theirs later
+        for r in (1, 2):
+            late = snap(r, [group("0", (0, 1, 2), entry(3, ago=1.0), desc="default_pg")])
+            channel.put_snapshot(r, {**late, "wall": time.time()})
+        wait_for(lambda: answers, timeout_s=10, what="the answer")
+    finally:
+        w.stop()
+    assert channel.reads == 1 and answers[0].no_snapshot == ()
 
 
 def test_a_job_that_keeps_stepping_publishes_nothing():
@@ -405,6 +425,44 @@ def test_a_store_that_fails_is_given_up_for_the_hang_and_stop_is_prompt():
     w.stop()
     assert time.monotonic() - t0 < 1.0
     assert channel.puts == 1 and answers == []
+
+
+def test_a_snapshot_in_the_store_does_not_grow_with_the_job():
+    import datetime
+
+    import torch.distributed as dist
+
+    from relax_straggler.hang.channel import StoreChannel
+
+    n = 100_000
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=10))
+    channel = StoreChannel(lambda: store, "t/")
+    groups = lambda r: [group("0", range(n), entry(5), desc="default_pg"),  # noqa: E731
+                        group(f"dp{r % 8}", range(r % 8, n, 8), entry(9), desc="dp"),
+                        group(f"tp{r // 8}", range(r // 8 * 8, r // 8 * 8 + 8), entry(4), desc="tp")]
+    for r in (0, 1, 9):
+        channel.put_snapshot(r, snap(r, groups(r)))
+    assert len(store.get("t/snapshot/9")) < 1000
+    assert channel.published() == 3
+    got = channel.snapshots([0, 1, 9])  # all present: one check, one multi_get
+    assert [g["ranks"] for g in got[9]["groups"]] == [tuple(g["ranks"]) for g in groups(9)]
+    assert got[0]["groups"][0]["ranks"] is got[9]["groups"][0]["ranks"]  # one tuple for the world group
+    channel.delete_snapshot(1)
+    channel.delete_snapshot(1)  # removed already: the count stays right
+    assert channel.published() == 2 and sorted(channel.snapshots([0, 1, 9])) == [0, 9]
+
+
+def test_rank_runs_cover_training_groups_in_a_few_numbers_and_refuse_a_bad_run():
+    from relax_straggler.hang.rank_runs import from_runs, to_runs
+
+    assert to_runs(range(100_000)) == [[0, 100_000, 1]]
+    assert to_runs(range(3, 100_000, 8)) == [[3, 12_500, 8]]
+    assert to_runs([7]) == [[7, 1, 1]] and to_runs([]) == []
+    for ranks in ([0, 1, 5, 6, 10], [9, 2, 2, 4], list(range(0, 64, 4)) + [65, 66]):
+        assert from_runs(to_runs(ranks)) == tuple(sorted(set(ranks)))
+    with pytest.raises(ValueError, match=r"rank run \[0, 0, 1\]"):
+        from_runs([[0, 0, 1]])
 
 
 def test_an_unreachable_store_fails_within_its_timeout():
