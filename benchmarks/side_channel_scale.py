@@ -21,11 +21,11 @@ bytes its TCP sockets received per report (tcp_info).
 
 Part 2 (`--judge-ranks`): the metrics rank's work per report on synthetic rows (5 core
 stages of ~40 ms, 1.5 % jitter, one rank 30 % slower in forward, run-queue waits, nodes of
-8 ranks): the same calls in the same order as the report thread's Analyzer._build_report
-(unpack, build_report, ConfirmedVerdict.update with the default settings and the window
+8 ranks): the same calls as the report thread's Analyzer._build_report (unpack, then
+Judge.report: build_report, the confirmed verdict with the default settings and the window
 ensemble every 10 reports, the live what-if without per-op rows): after the first 20
 reports, the mean per report, the median of the reports without the ensemble, the mean of
-those with it, and the process's peak RSS.
+those with it, build_report alone (timed apart on the same rows), and the process's peak RSS.
 
     .venv/bin/python benchmarks/side_channel_scale.py --procs 8 32 64 [--lazy] [--node-size 8 [--fanout 8]]
     .venv/bin/python benchmarks/side_channel_scale.py --procs 0 --judge-ranks 1000 10000 100000
@@ -239,16 +239,14 @@ def _synthetic(ranks: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
 def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
     """Mean us per report of the report thread's judging at `ranks` synthetic ranks."""
     from relax_straggler import StragglerConfig
-    from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+    from relax_straggler.judge import Judge
     from relax_straggler.payload import unpack
-    from relax_straggler.report import build_report, judge
-    from relax_straggler.whatif.live import LiveWhatIf
+    from relax_straggler.report import build_report
 
     rng = np.random.default_rng(seed)
     base, cols = _synthetic(ranks, rng)
     config = StragglerConfig(enabled=True)
-    verdict = ConfirmedVerdict(ConfirmConfig.from_config(config), [r // 8 for r in range(ranks)])
-    whatif = LiveWhatIf()
+    judge = Judge(config, [r // 8 for r in range(ranks)])
     no_ops = np.empty((ranks, 0))
     times, builds, windowed = [], [], []
     for step in range(reports):
@@ -259,12 +257,12 @@ def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
         rows[7, cols[:2]] *= 1.3
         rows[:, 6] = rng.exponential(1.0, ranks)
         t0 = time.perf_counter()
-        report = build_report(unpack(rows), step, config, 0, {})
+        build_report(unpack(rows), step, config, 0, {})  # timed apart: the judge builds its own
         t1 = time.perf_counter()
-        report = judge(report, verdict, whatif, no_ops)
+        report = judge.report(unpack(rows), no_ops, step, {})
         if report.verdict.window is not None:
             windowed.append(step)
-        times.append(time.perf_counter() - t0)
+        times.append(time.perf_counter() - t1)
         builds.append(t1 - t0)
     skip = min(reports // 2, 20)
     plain = [t for i, t in enumerate(times) if i >= skip and i not in windowed]

@@ -22,7 +22,8 @@ import numpy as np
 from relax_straggler import StragglerConfig
 from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.payload import pack, unpack
-from relax_straggler.report import all_stages, build_report
+from relax_straggler.judge.columns import all_stages
+from relax_straggler.report import build_report
 from relax_straggler.stages import STAGE_IDS, STAGES
 
 CORE = ("forward", "backward", "optimizer", "communication", "data")

@@ -3,8 +3,9 @@
 One sampled step, end to end:
   begin_step -> hooks and section()s record events -> optimizer post-hook (or step())
   -> end_step reads the events once -> the row is packed and gathered asynchronously
-  over the side Gloo group -> on the metrics rank the report thread judges it (the RFC
-  per-step rule, then the confirmed verdict across reports) and feeds the sinks. Every
+  over the side Gloo group -> on the metrics rank the report thread has the judge judge it
+  (relax_straggler.judge: the RFC per-step rule, then the confirmed verdict across reports)
+  and feeds the sinks. Every
   --straggler-control-every steps the metrics rank's decision (sample or hold, a runtime
   command, stop) reaches every rank, which apply it at the same step (relax_straggler.lockstep).
   The training thread never waits for a peer (but, one step's time at most, for a
@@ -23,7 +24,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, ContextManager, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -32,7 +33,6 @@ from relax_straggler._ext import core, ext
 from relax_straggler.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather
 from relax_straggler.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.control import ControlCommand, ControlFile
 from relax_straggler.gc_pauses import GcPauses
 from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
@@ -43,7 +43,7 @@ from relax_straggler.kernel_evidence import KernelSource, open_source
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
-from relax_straggler.report import Report, build_report, judge
+from relax_straggler.report import Report
 from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
 from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
@@ -52,6 +52,9 @@ from relax_straggler.side_tree import TreeGather
 from relax_straggler.side_failure import SideFailure
 from relax_straggler.stack_sampler import StackSampler
 from relax_straggler.works import reason
+
+if TYPE_CHECKING:
+    from relax_straggler.judge import Judge
 
 log = logging.getLogger(__name__)
 
@@ -140,9 +143,7 @@ class Analyzer:
         # time.monotonic() since which the training thread is inside step(), None when it is not
         # (the hang watchdog reads it).
         self._inside_since: Optional[float] = None
-        # The config each report is judged with: (first step, config), oldest first (runtime
-        # control changes thresholds from a step on; reports of earlier steps keep theirs).
-        self._configs: list[tuple[int, StragglerConfig]] = [(0, config)]
+        self._judge: Optional[Judge] = None  # the metrics rank's: judges each step's gathered rows
 
         self._collectives: Optional[CollectiveLayer] = None
         if dist.is_available() and dist.is_initialized():
@@ -194,11 +195,10 @@ class Analyzer:
         self._alone = False  # uninstall() was not called on every rank in time: nothing waits for the side group
         if self._gather.is_metrics_rank:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "0"))  # torchrun numbers ranks node by node
-            self._rank_to_node = [r // local for r in range(self._gather.world_size)] if local > 0 else None
-            self._verdict = ConfirmedVerdict(ConfirmConfig.from_config(config), self._rank_to_node)
-            from relax_straggler.whatif.live import LiveWhatIf  # the engine's what-if front: metrics rank only
+            rank_to_node = [r // local for r in range(self._gather.world_size)] if local > 0 else None
+            from relax_straggler.judge import Judge  # the engine's front: metrics rank only
 
-            self._whatif = LiveWhatIf()
+            self._judge = Judge(config, rank_to_node)
             self._summary = RunSummary()
             sinks: list[Any] = [self._summary]
             if report_fn is not None:
@@ -535,27 +535,20 @@ class Analyzer:
             self._paused = not command.enabled
         if command.interval is not None:
             self._timer.set_interval(command.interval)
-        thresholds = {k: v for k, v in command.changes().items() if k in ("relative_threshold", "absolute_ms_threshold")}
-        if thresholds:
-            self._configs.append((from_step, self._configs[-1][1].replace(**thresholds)))
+        if self._judge is not None:  # the metrics rank's: thresholds judge the steps from from_step on
+            self._judge.control(from_step, command.changes())
         if self._gather.is_metrics_rank:
             log.info("relax_straggler: control: from step %d: %s", from_step, command.changes())
 
-    def _config_at(self, step: int) -> StragglerConfig:
-        return next(c for first, c in reversed(self._configs) if first <= step)
-
     def _build_report(self, pending: PendingRows, step: int) -> Optional[Report]:
-        config = self._config_at(step)
+        """Report thread: waits for the step's rows, has the judge judge them and asks a rank
+        newly confirmed for its stack."""
         try:
             rows = pending.wait()
         except GatherUnavailable:
             return None  # the gather logged why (once); the step has no report
         label = step if self._step_label is None else self._step_label(step)
-        report = build_report(unpack(rows), step, config, config.metrics_rank, self.counters(), label=label)
-        wanted = ConfirmConfig.from_config(config)
-        if wanted != self._verdict.config:  # new thresholds: the verdict starts over on them
-            self._verdict = ConfirmedVerdict(wanted, self._rank_to_node)
-        report = judge(report, self._verdict, self._whatif, pending.op_rows())
+        report = self._judge.report(unpack(rows), pending.op_rows(), step, self.counters(), label=label)
         self._ask_for_stacks(report.verdict)
         return report
 

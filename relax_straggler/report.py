@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
@@ -50,15 +50,15 @@ from relax_straggler.stages import STAGES, is_communication
 from relax_straggler.workload import normalize_workload
 
 if TYPE_CHECKING:
-    from relax_straggler.confirm import ConfirmedVerdict, VerdictResult
-    from relax_straggler.whatif.live import LiveWhatIf
+    from relax_straggler.confirm import VerdictResult
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Report:
-    """One judged sampled step. Arrays are (ranks, len(stages)) in ms, NaN = not run."""
+    """One judged sampled step. Arrays are (ranks, len(stages)) in ms, NaN = not run. build_report
+    gives the per-step rule's (verdict None); relax_straggler.judge.Judge the whole one."""
 
     step: int
     stages: tuple[str, ...]  # the stages some rank ran, in STAGES order
@@ -72,7 +72,7 @@ class Report:
     metrics: dict[str, Any] = field(default_factory=dict)
     comm_wait_ms: Optional[np.ndarray] = None  # (ranks,) time each waited for late arrivals
     groups: Optional[np.ndarray] = None  # (ranks,) comparison group ids when ranks were judged within groups
-    verdict: Optional["VerdictResult"] = None  # the confirmed verdict after this report (live analyzer)
+    verdict: Optional["VerdictResult"] = None  # the confirmed verdict after this report (relax_straggler.judge)
     kernel: Optional[KernelMatrix] = None  # (ranks, len(stages)) with --straggler-kernel-stats, judged like device_ms
     run_queue_ms: Optional[np.ndarray] = None  # (ranks,) training thread's wait for a CPU in the step, NaN = not measured
     gc: Optional[GcPauseRows] = None  # (ranks,) per field: GC pauses over the steps since each rank's previous row
@@ -81,37 +81,6 @@ class Report:
     @property
     def num_ranks(self) -> int:
         return int(self.device_ms.shape[0])
-
-
-def judge(report: "Report", verdict: "ConfirmedVerdict", whatif: "LiveWhatIf", op_rows: np.ndarray) -> "Report":
-    """The report judged across reports: `verdict` (the run's confirmed verdict) takes it,
-    every stage laid out in STAGES order with its kernel records, run-queue waits, GC pauses
-    and sampled stacks; its metrics get the verdict's, the window ensemble's when it ran and
-    the live what-if's of op_rows ((ranks, op row length) float64, (ranks, 0) without per-op
-    records). The metrics rank's report thread and the benchmarks judge through it."""
-    kernel = None if report.kernel is None else kernel_all_stages(report.kernel, report.stages)
-    result = verdict.update(report.step, all_stages(report.judged_ms, report.stages), STAGES, groups=report.groups,
-                            kernel=kernel, run_queue_ms=report.run_queue_ms, gc=report.gc, stacks=report.stacks)
-    report.metrics.update(result.metrics())
-    if result.window is not None:
-        report.metrics.update(result.window.metrics())
-    report.metrics.update(whatif.metrics(op_rows))
-    return replace(report, verdict=result)
-
-
-def all_stages(ms: np.ndarray, stages: tuple[str, ...]) -> np.ndarray:
-    """(ranks, len(STAGES)) ms: `ms` (ranks, len(stages)) in the columns of its stages, NaN in
-    the others. The confirmed verdict is fed this: a report's stage subset changes whenever a
-    collective or a section runs on some steps only, and a new layout would start it over."""
-    out = np.full((ms.shape[0], len(STAGES)), np.nan)
-    out[:, [STAGES.index(s) for s in stages]] = ms
-    return out
-
-
-def kernel_all_stages(kernel: KernelMatrix, stages: tuple[str, ...]) -> KernelMatrix:
-    """`kernel` (ranks, len(stages)) in the columns of all STAGES, as all_stages does for times."""
-    return KernelMatrix(all_stages(kernel.kernel_ms, stages), all_stages(kernel.idle_ms, stages),
-                        all_stages(kernel.nccl_ms, stages))
 
 
 def verdict_config(config: StragglerConfig):

@@ -24,8 +24,9 @@ LAYERS: tuple[frozenset[str], ...] = (
                "dataclass_flags", "side_failure", "appending", "slowdown_image", "stacks"}),
     # configuration and the metrics stores
     frozenset({"config", "stores"}),
-    # the engine's Python front: judging (live and windowed), the confirmed verdict, what-if, readers
-    frozenset({"detect", "window", "report", "confirm", "whatif", "readers"}),
+    # the engine's Python front: judging (live and windowed), the confirmed verdict, what-if, readers,
+    # the judge that composes them
+    frozenset({"detect", "window", "report", "confirm", "whatif", "readers", "judge"}),
     # collection in the training process and the report sinks
     frozenset({"hooks", "module_stages", "collectives", "aggregation", "side_tree", "side_channel", "lazy_gloo",
                "control", "lockstep", "join", "works", "op_records", "kernel_evidence", "run_queue", "gc_pauses",
@@ -143,9 +144,32 @@ def test_the_checks_see_a_cycle_and_a_climb():
     assert _layer("relax_straggler.cli.analyze") > _layer("relax_straggler.stores.base")
 
 
-@pytest.mark.parametrize("module", ["relax_straggler.analysis", "relax_straggler.monitor.service",
-                                    "relax_straggler.reporters", "relax_straggler.reporters.store_sink",
-                                    "relax_straggler.stores", "relax_straggler.readers"])
+@pytest.mark.parametrize("module", ["relax_straggler.analysis", "relax_straggler.judge",
+                                    "relax_straggler.monitor.service", "relax_straggler.reporters",
+                                    "relax_straggler.reporters.store_sink", "relax_straggler.stores",
+                                    "relax_straggler.readers"])
 def test_offline_and_reporting_modules_start_without_torch(module):
     code = f"import sys, {module}; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0, f"{module} imports torch"
+
+
+def test_the_judge_judges_where_torch_cannot_be_imported():
+    # torch absent, not merely unused: any import of it, however indirect, raises.
+    code = """
+import sys
+sys.modules["torch"] = None
+import numpy as np
+from relax_straggler.config import StragglerConfig
+from relax_straggler.judge import Judge
+from relax_straggler.payload import pack, unpack
+from relax_straggler.stages import STAGES
+rows = []
+for rank in range(4):
+    device = np.full(len(STAGES), np.nan)
+    device[0] = 80.0 if rank == 2 else 40.0
+    rows.append(pack(10, np.nan, rank, device, device, np.zeros(len(STAGES)), np.ones(len(STAGES))))
+report = Judge(StragglerConfig(enabled=True)).report(unpack(np.stack(rows)), np.zeros((4, 0)), 10, {})
+sys.exit(0 if report.stragglers["forward"] == (2,) and report.verdict is not None else 1)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
