@@ -105,7 +105,8 @@ class RankFinding:
 
 @dataclass(frozen=True)
 class StageImbalance:
-    """Structural imbalance between rank groups (pipeline stages) in one stage."""
+    """Structural imbalance between rank groups (pipeline stages) in one stage, live and
+    offline alike (relax_straggler.analysis.ensemble, whose groups are the pp ranks)."""
 
     stage: str
     slowest_group: int
