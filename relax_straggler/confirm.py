@@ -72,6 +72,8 @@ from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
+# The package's one cause vocabulary: a confirmed finding's inferred cause, live, offline
+# (analyze's `confirmed`) and in the store's verdict rows.
 CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention", "gc",
           "untimed_code")
 # The causes run-queue evidence can overturn: what a slow rank's time looked like, not a
