@@ -1,7 +1,7 @@
 """The Megatron timer vocabulary: every timer name Megatron-Core and Megatron-LM start, and
 what its time means in the closed stage set (relax_straggler.stages). One table, read in
 both directions by the live Timers adapter (integrations/megatron.py), the offline readers
-(readers/megatron_names.py, readers/metrics_rows.py), the store sink and the replay.
+(readers/megatron_names.py, readers/metrics_rows.py), the store sink and the feed.
 
 Timer name -> meaning (`timer_meaning`):
 
