@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from relax_straggler._ext import core
+from relax_straggler.metric_names import stage_prefix
 from relax_straggler.payload import KERNEL_FIELDS
 from relax_straggler.stages import STAGES, stage_id
 
@@ -217,5 +218,5 @@ def open_kernel_source(timer: Any = None) -> Optional[KernelSource]:
     if why not in _warned:
         _warned.add(why)
         log.warning("relax_straggler: --straggler-kernel-stats: %s; stage times come from events only and "
-                    "straggler/{stage}/kernel_ms, idle_ms read NaN (not measured)", why)
+                    "%skernel_ms, idle_ms read NaN (not measured)", why, stage_prefix("{stage}"))
     return None
