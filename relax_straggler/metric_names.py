@@ -8,9 +8,11 @@ Two tables:
   STORE_ROWS  the metric_name of the rows this package writes into a metrics store beside
               Megatron's timers, documented in docs/STORES.md
 
-A name is a plain name or a pattern whose ``{stage}`` is a stage name (relax_straggler.stages.
-STAGES) and whose ``{rank}`` is a global rank. Names
-never change meaning; new ones may be added (docs/ARCHITECTURE.md, "Data contract").
+A name is a plain name or a pattern whose ``{stage}`` is a name of
+relax_straggler.stages.STAGES and whose ``{rank}`` is a global rank. Names never change
+meaning; new ones may be added (docs/ARCHITECTURE.md, "Data contract").
+tests/python/test_metric_names.py holds the docs, the writers and the rest of the package
+to the tables.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ COMMUNICATION_WAIT_MS = PREFIX + "communication/wait_ms"
 COMMUNICATION_LATE_ARRIVALS = PREFIX + "communication/late_arrivals"
 COMMUNICATION_COLLECTIVES = PREFIX + "communication/collectives"
 
-# Loss counters (Analyzer.counters, published as PREFIX + the counter's name).
+# Loss counters (Analyzer.counters' keys, published as PREFIX + the key).
 COUNTERS = ("dropped_reports", "dropped_sections", "dropped_collectives", "unmatched_stops", "open_at_step_end",
             "skipped_samples", "control_refused", "store_written_rows", "store_dropped_rows", "store_failed_writes",
             "store_buffered_rows")

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.hang.diagnose import diagnose
-from relax_straggler.metric_names import METRICS, PREFIX, STORE_ROWS
+from relax_straggler.metric_names import COUNTERS, METRICS, PREFIX, STORE_ROWS
 from relax_straggler.payload import KERNEL_FIELDS, OP_TYPE_IDS, pack, pack_ops, unpack
 from relax_straggler.report import build_report, judge
 from relax_straggler.reporters.store_sink import report_rows
@@ -117,3 +118,12 @@ def test_everything_the_writers_publish_is_in_the_table():
             "straggler/hang/answer", "straggler/forward/kernel_ms", "straggler/verdict"} <= ours
     metrics, rows = _matcher(METRICS), _matcher(STORE_ROWS)
     assert not [n for n in ours if not (metrics.fullmatch(n) or rows.fullmatch(n))]
+
+
+def test_the_analyzers_counters_are_the_tables(tmp_path):
+    config = StragglerConfig(enabled=True, console=False, store_url=f"file://{tmp_path}?job=j")
+    analyzer = relax_straggler.install(None, None, config=config)
+    try:
+        assert set(analyzer.counters()) == set(COUNTERS)
+    finally:
+        analyzer.uninstall()
