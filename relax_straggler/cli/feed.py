@@ -14,8 +14,10 @@ from relax_straggler.cli.common import EXIT_DATA, EXIT_USAGE, add_output_argumen
 
 
 def register(subparsers) -> None:
+    from relax_straggler.cli import ALIASES
+
     p = subparsers.add_parser(
-        "feed", aliases=["replay"], help="Feed a recorded or synthetic job into a metrics store.",
+        "feed", aliases=[old for old, name in ALIASES.items() if name == "feed"], help="Feed a recorded or synthetic job into a metrics store.",
         description="Writes a recorded job (straggler.jsonl, Megatron timer log, trace) or a synthetic one into the "
                     "store, iteration by iteration with fresh timestamps. See docs/MONITOR.md.")
     p.add_argument("input", nargs="?", default=None, help="recorded job (any format of `relax-straggler analyze`)")
