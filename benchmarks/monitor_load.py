@@ -59,7 +59,7 @@ def writer(args: argparse.Namespace) -> None:
     need be); prints JSON."""
     import pyarrow as pa
 
-    from relax_straggler.monitor.replay import Injection, Synthetic, inject, step_table
+    from relax_straggler.monitor.feed import Injection, Synthetic, inject, step_table
     from relax_straggler.stores.opener import open_store
 
     store = open_store(args.store)

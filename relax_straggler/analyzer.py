@@ -39,7 +39,7 @@ from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, S
 from relax_straggler.stages import MEASURED_STAGES, STAGES, check_section
 from relax_straggler.hooks import TrainingHooks
 from relax_straggler.join import JoinTimeout, meet
-from relax_straggler.kernel_evidence import KernelSource, open_source
+from relax_straggler.kernel_evidence import KernelSource, open_kernel_source
 from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
 from relax_straggler.payload import row_from_sample, unpack
@@ -172,7 +172,7 @@ class Analyzer:
         # Kernel records of sampled steps; without a source every rank's kernel fields stay NaN.
         self._kernels: Optional[KernelSource] = None
         if config.kernel_stats:
-            self._kernels = kernel_source if kernel_source is not None else open_source(self._timer)
+            self._kernels = kernel_source if kernel_source is not None else open_kernel_source(self._timer)
 
         # The metrics rank's decisions, reaching every rank of the analyzed group.
         self._lockstep: Union[LockstepChannel, LocalLockstep, None] = None

@@ -65,6 +65,8 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
+from relax_straggler.metric_names import (VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_RANK, VERDICT_RATIO,
+                                          VERDICT_SINCE_STEP, VERDICT_STAGE, VERDICT_STATUS)
 from relax_straggler.payload import GC_FIELDS, GcPauseRows, KernelMatrix
 from relax_straggler.stacks import StackSample
 from relax_straggler.stages import WORKLOAD_STAGES
@@ -72,6 +74,8 @@ from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
+# The package's one cause vocabulary: a confirmed finding's inferred cause, live, offline
+# (analyze's `confirmed`) and in the store's verdict rows.
 CAUSES = ("compute", "communication_link", "data", "imbalance", "unknown", "device", "host", "host_contention", "gc",
           "untimed_code")
 # The causes run-queue evidence can overturn: what a slow rank's time looked like, not a
@@ -282,13 +286,13 @@ class VerdictResult:
         p = self.primary
         subject = p if p is not None and p.state in ("straggler", "imbalance") else None
         return {
-            "straggler/verdict/status": self.status,
-            "straggler/verdict/rank": subject.rank if subject is not None else -1,
-            "straggler/verdict/stage": subject.stage if subject is not None else "none",
-            "straggler/verdict/cause": subject.cause if subject is not None else "none",
-            "straggler/verdict/since_step": subject.since_step if subject is not None else -1,
-            "straggler/verdict/confidence": subject.confidence if subject is not None else 0.0,
-            "straggler/verdict/ratio": subject.ratio if subject is not None else 1.0,
+            VERDICT_STATUS: self.status,
+            VERDICT_RANK: subject.rank if subject is not None else -1,
+            VERDICT_STAGE: subject.stage if subject is not None else "none",
+            VERDICT_CAUSE: subject.cause if subject is not None else "none",
+            VERDICT_SINCE_STEP: subject.since_step if subject is not None else -1,
+            VERDICT_CONFIDENCE: subject.confidence if subject is not None else 0.0,
+            VERDICT_RATIO: subject.ratio if subject is not None else 1.0,
         }
 
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from relax_straggler._ext import core
+from relax_straggler.metric_names import WINDOW_PREFIX
 
 ALGORITHMS: tuple[str, ...] = ("kmeans", "dbscan", "gmm", "agglomerative", "mean_shift", "fuzzy_cmeans")
 
@@ -105,7 +106,8 @@ class RankFinding:
 
 @dataclass(frozen=True)
 class StageImbalance:
-    """Structural imbalance between rank groups (pipeline stages) in one stage."""
+    """Structural imbalance between rank groups (pipeline stages) in one stage, live and
+    offline alike (relax_straggler.analysis.ensemble, whose groups are the pp ranks)."""
 
     stage: str
     slowest_group: int
@@ -136,7 +138,7 @@ class WindowResult:
     def anomaly_ranks(self) -> tuple[int, ...]:
         return tuple(a.rank for a in self.anomalies)
 
-    def metrics(self, prefix: str = "straggler/window/") -> dict[str, Any]:
+    def metrics(self, prefix: str = WINDOW_PREFIX) -> dict[str, Any]:
         """Flat metrics: anomaly_ranks, num_anomalies, votes/<rank> (ranks with votes),
         stages/<rank> (anomalies, comma-separated), link_suspects, anomaly_nodes (with a
         node map), imbalance/<stage> (ratio, with a group map), steps, elapsed_ms."""

@@ -16,7 +16,7 @@ Sources:
                          CUDA and CUPTI only (relax_straggler._core.kernels.WITH_CUPTI), attributed
                          to the stage timer's own sections by correlation id: the collector observes
                          the timer's section begins and ends on sampled steps.
-open_source(timer) picks what the build can do; where it can do nothing it warns once and the
+open_kernel_source(timer) picks what the build can do; where it can do nothing it warns once and the
 analysis runs on events only (every kernel field NaN, the row's layout unchanged).
 """
 
@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from relax_straggler._ext import core
+from relax_straggler.metric_names import stage_prefix
 from relax_straggler.payload import KERNEL_FIELDS
 from relax_straggler.stages import STAGES, stage_id
 
@@ -200,7 +201,7 @@ def _profiler_active() -> bool:
 _warned: set[str] = set()
 
 
-def open_source(timer: Any = None) -> Optional[KernelSource]:
+def open_kernel_source(timer: Any = None) -> Optional[KernelSource]:
     """The kernel source this build and process can run for --straggler-kernel-stats over the
     sections of `timer` (the analyzer's relax_straggler._C.StageTimer), or None (after one
     warning) when there is none: a build without CUPTI (a CPU build, or CUDA without the
@@ -217,5 +218,5 @@ def open_source(timer: Any = None) -> Optional[KernelSource]:
     if why not in _warned:
         _warned.add(why)
         log.warning("relax_straggler: --straggler-kernel-stats: %s; stage times come from events only and "
-                    "straggler/{stage}/kernel_ms, idle_ms read NaN (not measured)", why)
+                    "%skernel_ms, idle_ms read NaN (not measured)", why, stage_prefix("{stage}"))
     return None

@@ -1,7 +1,7 @@
 """The Megatron timer vocabulary: every timer name Megatron-Core and Megatron-LM start, and
 what its time means in the closed stage set (relax_straggler.stages). One table, read in
 both directions by the live Timers adapter (integrations/megatron.py), the offline readers
-(readers/megatron_names.py, readers/metrics_rows.py), the store sink and the replay.
+(readers/megatron_names.py, readers/metrics_rows.py), the store sink and the feed.
 
 Timer name -> meaning (`timer_meaning`):
 
@@ -49,16 +49,12 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from relax_straggler.metric_names import (END_METRIC, FINDING_METRIC, HANG_METRIC, PREFIX, VERDICT_METRIC,
+                                          stage_row_name)
 from relax_straggler.stages import STAGE_IDS, stage_id
 
-OUR_PREFIX = "straggler/"  # rows of a stage without a Megatron timer: straggler/<stage>
-# Rows of the live confirmed verdict (relax_straggler.stores.verdict_rows): known, not a stage.
-VERDICT_METRIC = "straggler/verdict"
-FINDING_METRIC = "straggler/verdict/finding"
-# The row of a hang answer (relax_straggler.stores.hang_rows): known, not a stage.
-HANG_METRIC = "straggler/hang"
-# The end-of-run row (relax_straggler.stores.end_rows): known, not a stage.
-END_METRIC = "straggler/end"
+# The package's own rows (relax_straggler.metric_names.STORE_ROWS) that are known and not a stage.
+_OUR_ROWS = (VERDICT_METRIC, FINDING_METRIC, HANG_METRIC, END_METRIC)
 
 
 @dataclass(frozen=True)
@@ -149,10 +145,10 @@ def timer_meaning(name: str) -> Optional[TimerMeaning]:
     meaning = KNOWN_TIMERS.get(name)
     if meaning is not None:
         return meaning
-    if name in (VERDICT_METRIC, FINDING_METRIC, HANG_METRIC, END_METRIC):
+    if name in _OUR_ROWS:
         return NOT_A_STAGE
-    if name.startswith(OUR_PREFIX) and name[len(OUR_PREFIX):] in STAGE_IDS:
-        return TimerMeaning(name[len(OUR_PREFIX):])
+    if name.startswith(PREFIX) and name[len(PREFIX):] in STAGE_IDS:
+        return TimerMeaning(name[len(PREFIX):])
     for pattern, family in _FAMILIES:
         if pattern.search(name):
             return family
@@ -170,4 +166,4 @@ def stage_timer_name(stage: str) -> str:
     """The timer name `stage` is written under: TIMER_OF_STAGE, else straggler/<stage>.
     Raises ValueError for a name outside STAGES."""
     stage_id(stage)
-    return TIMER_OF_STAGE.get(stage, OUR_PREFIX + stage)
+    return TIMER_OF_STAGE.get(stage, stage_row_name(stage))

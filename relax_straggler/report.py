@@ -1,36 +1,7 @@
 """From gathered rows to a Report: the judged matrix, the verdict and the RFC metrics.
 
-Runs on the metrics rank's report thread, never on the training thread.
-Metric names (RFC #334, all under ``straggler/``; these never change meaning):
-  {stage}/local_ms        this (metrics) rank's time in the stage, ms
-  {stage}/mean_ms         mean over ranks, ms
-  {stage}/ref_ms          the reference used (mean or median), ms
-  {stage}/max_ms          slowest rank's time, ms
-  {stage}/slowdown_ratio  max_ms / ref_ms
-  {stage}/relative_score  the top rank's score, 0..1, lower is slower
-  {stage}/top_rank        compute: slowest rank; communication: the rank that arrived last
-  {stage}/num_stragglers  ranks flagged in the stage
-  {stage}/imbalance_ratio with comparison groups (pipeline stages): the largest group's
-                          mean over the smallest's, each over the group's unflagged
-                          ranks; structural and not a straggler;
-                          ref_ms, max_ms, slowdown_ratio, relative_score and top_rank are
-                          then those of the group whose worst rank costs the most
-                          among the groups with stragglers (all when none has)
-  communication/blamed_rank    the rank that arrived last in most comparable collectives
-  communication/wait_ms        mean over ranks of the time each waited for the last arriver
-  communication/late_arrivals  collectives in which blamed_rank arrived last
-  communication/collectives    collectives compared across ranks this step
-  {stage}/kernel_ms       with --straggler-kernel-stats: the top rank's time with compute
-                          (non-NCCL) kernels running in the stage's sections, ms (per
-                          token like the stage time where workloads were given); NaN when
-                          its kernel records were not measured
-  {stage}/idle_ms         ... the top rank's time with nothing running on the sections'
-                          stream (launch gaps, host stalls), ms
-  {stage}/nccl_ms         ... the top rank's time with NCCL kernels running, ms
-  likely_bottleneck       stage name, or "none"
-  hints                   one readable line
-  num_stragglers          distinct ranks flagged in any stage
-  dropped_reports, dropped_sections, mismatched_ranks   every loss, counted
+Runs on the metrics rank's report thread, never on the training thread. The metrics' names:
+relax_straggler.metric_names (documented in docs/METRICS.md).
 """
 
 from __future__ import annotations
@@ -44,6 +15,10 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
+from relax_straggler.metric_names import (COMMUNICATION_BLAMED_RANK, COMMUNICATION_COLLECTIVES,
+                                          COMMUNICATION_LATE_ARRIVALS, COMMUNICATION_WAIT_MS, DRIFTED_RANKS, HINTS,
+                                          LIKELY_BOTTLENECK, MISMATCHED_RANKS, NUM_STRAGGLERS, PREFIX,
+                                          UNUSABLE_TIMES, stage_prefix)
 from relax_straggler.payload import Gathered, GcPauseRows, KernelMatrix
 from relax_straggler.stacks import StackSample, decode
 from relax_straggler.stages import STAGES, is_communication
@@ -221,7 +196,7 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
 
     metrics: dict[str, Any] = {}
     for j, sv in enumerate(verdict.stages):
-        p = f"straggler/{sv.stage}/"
+        p = stage_prefix(sv.stage)
         local = judged[metrics_rank, j] if metrics_rank < judged.shape[0] else math.nan
         metrics[p + "local_ms"] = float(local)
         metrics[p + "mean_ms"] = sv.mean_ms
@@ -238,23 +213,23 @@ def build_report(gathered: Gathered, step: int, config: StragglerConfig, metrics
             for name, values in (("kernel_ms", kernel.kernel_ms), ("idle_ms", kernel.idle_ms),
                                  ("nccl_ms", kernel.nccl_ms)):
                 metrics[p + name] = math.nan if top is None else float(values[top, j])
-    metrics["straggler/likely_bottleneck"] = bottleneck or "none"
-    metrics["straggler/hints"] = verdict.hints
-    metrics["straggler/num_stragglers"] = verdict.num_stragglers
-    metrics["straggler/mismatched_ranks"] = int(mismatched.sum())
-    metrics["straggler/drifted_ranks"] = int(drifted.sum())
-    metrics["straggler/unusable_times"] = verdict.unusable_cells
+    metrics[LIKELY_BOTTLENECK] = bottleneck or "none"
+    metrics[HINTS] = verdict.hints
+    metrics[NUM_STRAGGLERS] = verdict.num_stragglers
+    metrics[MISMATCHED_RANKS] = int(mismatched.sum())
+    metrics[DRIFTED_RANKS] = int(drifted.sum())
+    metrics[UNUSABLE_TIMES] = verdict.unusable_cells
     if verdict.unusable_cells:
         _warn_once("unusable", "relax_straggler: step %d: %d measured times were infinite or negative and are judged "
                    "as not run (straggler/unusable_times counts them per report)", shown, verdict.unusable_cells)
     late = late_arrivals(gathered, device_ms)
     if late is not None:
-        metrics["straggler/communication/blamed_rank"] = late.blamed_rank
-        metrics["straggler/communication/wait_ms"] = float(np.nanmean(late.wait_ms))
-        metrics["straggler/communication/late_arrivals"] = int(late.late_counts[late.blamed_rank])
-        metrics["straggler/communication/collectives"] = late.collectives
+        metrics[COMMUNICATION_BLAMED_RANK] = late.blamed_rank
+        metrics[COMMUNICATION_WAIT_MS] = float(np.nanmean(late.wait_ms))
+        metrics[COMMUNICATION_LATE_ARRIVALS] = int(late.late_counts[late.blamed_rank])
+        metrics[COMMUNICATION_COLLECTIVES] = late.collectives
     for name, value in counters.items():
-        metrics[f"straggler/{name}"] = value
+        metrics[PREFIX + name] = value
 
     return Report(
         step=shown,

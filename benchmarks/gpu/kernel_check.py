@@ -110,7 +110,7 @@ def _evidence(ev: StageKernels) -> dict[str, Any]:
 
 
 class RecordingSource:
-    """The analyzer's own kernel source (open_source's), passed through; keeps what it
+    """The analyzer's own kernel source (open_kernel_source's), passed through; keeps what it
     returned for each sampled step on this rank (None: not measured)."""
 
     def __init__(self, inner: KernelSource) -> None:
@@ -200,7 +200,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     # The analyzer opens its kernel source over its own stage timer; the script wraps what
     # it opens to keep this rank's fields (the reports publish the top rank's only).
     recorders: list[RecordingSource] = []
-    real_open = analyzer_module.open_source
+    real_open = analyzer_module.open_kernel_source
 
     def open_recording(timer: Any = None) -> Optional[KernelSource]:
         source = real_open(timer)
@@ -210,7 +210,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return recorders[-1]
 
     reports: list[dict[str, Any]] = []
-    with mock.patch.object(analyzer_module, "open_source", open_recording):
+    with mock.patch.object(analyzer_module, "open_kernel_source", open_recording):
         analyzer = relax_straggler.install(model, optimizer, config=config,
                                            report_fn=lambda m, s, details: reports.append(dict(m, **details, step=s)))
     contender = KernelContender(device, args.contend_size) if rank == CONTEND_RANK else None

@@ -19,7 +19,7 @@ from relax_straggler.stages import STAGES
 from relax_straggler.topology import Topology
 
 if TYPE_CHECKING:
-    from relax_straggler.detect import WindowConfig
+    from relax_straggler.detect import StageImbalance, WindowConfig
 
 
 @dataclass(frozen=True)
@@ -35,16 +35,6 @@ class EnsembleAnomaly:
 
 
 @dataclass(frozen=True)
-class StageImbalance:
-    """A whole pipeline stage slower than the others in `stage`: ratio = slowest / fastest."""
-
-    stage: str
-    slowest_pp_rank: int
-    fastest_pp_rank: int
-    ratio: float
-
-
-@dataclass(frozen=True)
 class EnsembleVotes:
     """The detector's answer over `steps` recorded steps (steps_used after its warm-up), in
     global rank ids; `error` names why it rejected the steps (then every other field is
@@ -56,7 +46,7 @@ class EnsembleVotes:
     anomalies: tuple[EnsembleAnomaly, ...] = ()
     votes: dict[int, int] = field(default_factory=dict)  # rank -> votes, ranks with at least one
     link_suspects: tuple[int, ...] = ()
-    imbalance: tuple[StageImbalance, ...] = ()
+    imbalance: tuple[StageImbalance, ...] = ()  # groups are pipeline stages (pp ranks)
     error: Optional[str] = None
 
     def top(self) -> Optional[EnsembleAnomaly]:
@@ -75,8 +65,8 @@ class EnsembleVotes:
             "votes": {str(r): v for r, v in self.votes.items()},
             "algorithms": self.algorithms,
             "link_suspects": list(self.link_suspects),
-            "imbalance": [{"stage": i.stage, "slowest_pp_rank": i.slowest_pp_rank,
-                           "fastest_pp_rank": i.fastest_pp_rank, "ratio": i.ratio} for i in self.imbalance],
+            "imbalance": [{"stage": i.stage, "slowest_pp_rank": i.slowest_group,
+                           "fastest_pp_rank": i.fastest_group, "ratio": i.ratio} for i in self.imbalance],
         }
 
 
@@ -136,5 +126,5 @@ def run_ensemble(history: StepHistory, topology: Topology, config: Optional["Win
                                         a.node if a.node >= 0 else None) for a in found.anomalies),
         votes={int(ranks[i]): int(v) for i, v in enumerate(found.votes) if v},
         link_suspects=tuple(int(ranks[i]) for i in found.link_suspects),
-        imbalance=tuple(StageImbalance(i.stage, i.slowest_group, i.fastest_group, i.ratio) for i in found.imbalance),
+        imbalance=found.imbalance,
     )

@@ -18,7 +18,10 @@ from relax_straggler.analysis.result import (Analysis, Anomaly, BaselineOutlier,
 from relax_straggler.stages import STAGES
 from relax_straggler.topology import Topology
 
-CAUSES = {
+# Each anomaly kind in words: the anomaly's `cause` text. The kinds are the offline
+# attribution's own (which worker, stage or link); a cause name of the confirmed verdict
+# is one of relax_straggler.confirm.CAUSES.
+KIND_EXPLANATIONS = {
     "individual": "this worker computes slower than its data-parallel replicas (device, thermals, host)",
     "structural": "every data-parallel replica of this pipeline stage is slower: stage partitioning imbalance",
     "link": "the pipeline link between two workers (both ends wait, neither computes slowly)",
@@ -90,7 +93,7 @@ def _group(findings: list, workers: _Workers, result: RunResult) -> list[Anomaly
             evidence.append(f"between {workers.name(key[1])} and {workers.name(key[2])}: both ends of the transfer "
                             "wait and neither side's compute explains it")
         out.append(Anomaly(
-            kind=kind, cause=CAUSES[kind], dp_rank=dp_rank, pp_rank=pp_rank,
+            kind=kind, cause=KIND_EXPLANATIONS[kind], dp_rank=dp_rank, pp_rank=pp_rank,
             ranks=tuple(ranks), recorded_ranks=tuple(recorded), nodes=tuple(workers.nodes(ranks)),
             stages=tuple(d.stage for d in details),
             steps_flagged=max(d.steps_flagged for d in details), steps_total=steps,

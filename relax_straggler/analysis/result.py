@@ -72,7 +72,7 @@ class Anomaly:
     the input; stages: compute stages or p2p ops; mean_ratio / excess_ms: the largest, over
     its stages, of the mean over the flagged steps of its time over the reference / of its
     excess (not a confirmed finding's ratio: docs/METRICS.md, "Ratios and excesses"); cause:
-    the kind's explanation (inferred); evidence: readable lines."""
+    the kind's explanation in words (inferred; analysis.findings.KIND_EXPLANATIONS); evidence: readable lines."""
 
     kind: str
     cause: str

@@ -10,7 +10,9 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest", "whatif", "drain-plan")
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "feed", "ingest", "whatif", "drain-plan")
+# A command's old name -> its name; its parser accepts the old name too (add_parser aliases).
+ALIASES: dict[str, str] = {"replay": "feed"}
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
@@ -24,6 +26,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="Debug logging.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    only = ALIASES.get(only, only)
     for name in (only,) if only in COMMANDS else COMMANDS:
         importlib.import_module(f"relax_straggler.cli.{name.replace('-', '_')}").register(sub)
     return parser

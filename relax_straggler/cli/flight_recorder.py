@@ -12,6 +12,7 @@ from typing import Any
 
 from relax_straggler.cli.common import error
 from relax_straggler.cli.inputs import read_reporting_errors, topology_from_args
+from relax_straggler.metric_names import HANG_ANSWER, HANG_KIND
 
 
 def run_flight_recorder(args: argparse.Namespace) -> int:
@@ -79,9 +80,9 @@ def render(summary: dict[str, Any], console: Any) -> None:
     if inp["wrapped_ranks"]:
         console.print(f"note: the ring buffer wrapped on ranks {inp['wrapped_ranks']} (older ops are gone)",
                       highlight=False, soft_wrap=True)
-    kind = hang["straggler/hang/kind"]
+    kind = hang[HANG_KIND]
     head = "[bold red]HANG[/]" if kind != "none" else "[bold]no rank behind[/]"
-    console.print(f"{head} ({kind}): {hang['straggler/hang/answer']}", highlight=False, soft_wrap=True)
+    console.print(f"{head} ({kind}): {hang[HANG_ANSWER]}", highlight=False, soft_wrap=True)
     if inp["no_dump_ranks"]:
         console.print(f"no dump from ranks {inp['no_dump_ranks']} (of {inp['expected_ranks']})", highlight=False,
                       soft_wrap=True)

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
+from relax_straggler.metric_names import HANG_ANSWER, HANG_DETECTED, HANG_KIND, HANG_PREFIX
+
 LAGGING, MISSING, DESYNC, ANALYZER, NONE = "lagging", "missing", "desync", "analyzer", "none"
 # How a rank without a snapshot is named, for one rank and for several: the live wording.
 PUBLISHED_NOTHING = ("published no progress (stopped, dead or cut off)",) * 2
@@ -109,20 +111,20 @@ class HangAnswer:
         """straggler/hang/* (docs/METRICS.md): the first finding's fields and the answer text."""
         f = self.findings[0] if self.findings else None
         return {
-            "straggler/hang/detected": 1,
-            "straggler/hang/kind": self.kind,
-            "straggler/hang/rank": f.rank if f else -1,
-            "straggler/hang/group": f.group if f else "",
-            "straggler/hang/group_ranks": compact(f.group_ranks) if f else "",
-            "straggler/hang/op": f.op if f else "",
-            "straggler/hang/seq": f.seq if f else -1,
-            "straggler/hang/waiting_ranks": len(f.waiting) if f else 0,
-            "straggler/hang/waited_s": f.waited_s if f else 0.0,
-            "straggler/hang/last_completed": f.last_completed if f else "",
-            "straggler/hang/no_snapshot_ranks": compact(self.no_snapshot),
-            "straggler/hang/stalled_s": self.stalled_s,
-            "straggler/hang/step": self.step,
-            "straggler/hang/answer": self.text(),
+            HANG_DETECTED: 1,
+            HANG_KIND: self.kind,
+            HANG_PREFIX + "rank": f.rank if f else -1,
+            HANG_PREFIX + "group": f.group if f else "",
+            HANG_PREFIX + "group_ranks": compact(f.group_ranks) if f else "",
+            HANG_PREFIX + "op": f.op if f else "",
+            HANG_PREFIX + "seq": f.seq if f else -1,
+            HANG_PREFIX + "waiting_ranks": len(f.waiting) if f else 0,
+            HANG_PREFIX + "waited_s": f.waited_s if f else 0.0,
+            HANG_PREFIX + "last_completed": f.last_completed if f else "",
+            HANG_PREFIX + "no_snapshot_ranks": compact(self.no_snapshot),
+            HANG_PREFIX + "stalled_s": self.stalled_s,
+            HANG_PREFIX + "step": self.step,
+            HANG_ANSWER: self.text(),
         }
 
 

@@ -27,6 +27,7 @@ from typing import Any, Optional
 from relax_straggler.hang.diagnose import TEXT_RUNS, HangAnswer, compact, diagnose, label
 from relax_straggler.hang.fr_dumps import Dump, Entry, dump_files, load_dump
 from relax_straggler.hang.slow_collectives import slow_collectives
+from relax_straggler.metric_names import HANG_ANSWER
 from relax_straggler.readers.base import InputError
 
 FORMAT = "flight-recorder"
@@ -70,7 +71,7 @@ class FlightRecorderAnswer:
 
     def metrics(self) -> dict[str, Any]:
         """straggler/hang/* (docs/METRICS.md); step is -1 (a dump records no training step)."""
-        return {**self.answer.metrics(), "straggler/hang/answer": self.text()}
+        return {**self.answer.metrics(), HANG_ANSWER: self.text()}
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary of `relax-straggler analyze` for this input (docs/ANALYZE.md)."""

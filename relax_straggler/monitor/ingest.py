@@ -1,8 +1,8 @@
 """Loading a recorded run into a metrics store (``relax-straggler ingest``).
 
 A reader (relax_straggler.readers.open_source) streams the input step by step; each step
-becomes megatron_metrics rows through relax_straggler.monitor.replay.step_table (the same
-rows replay writes: Megatron timer names, p2p ops, one interval-time row per rank), and
+becomes megatron_metrics rows through relax_straggler.monitor.feed.step_table (the same
+rows the feed writes: Megatron timer names, p2p ops, one interval-time row per rank), and
 rows go to the store in batches of about `batch_rows`, so memory stays bounded whatever
 the input size. Min/max-only Megatron logs carry no per-rank times and are refused.
 """
@@ -15,7 +15,7 @@ from typing import Callable, Optional, TypeVar
 
 import pyarrow as pa
 
-from relax_straggler.monitor.replay import step_table
+from relax_straggler.monitor.feed import step_table
 from relax_straggler.stores.base import Store, StoreError
 from relax_straggler.readers.base import InputError, MinMaxStep, Source
 

@@ -26,7 +26,7 @@ from relax_straggler.analysis.result import Anomaly
 from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.summary import verdict_dict
 from relax_straggler.detect import WindowConfig
-from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC
+from relax_straggler.metric_names import FINDING_METRIC, VERDICT_METRIC
 from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import Sample, Store, table_to_samples
 from relax_straggler.monitor.picture import window_picture

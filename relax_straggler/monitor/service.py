@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from relax_straggler.analysis import AnalyzeConfig
-from relax_straggler.megatron_timers import END_METRIC, HANG_METRIC
+from relax_straggler.metric_names import END_METRIC, HANG_METRIC
 from relax_straggler.monitor.metrics import MonitorMetrics
 from relax_straggler.stores import end_rows, hang_rows
 from relax_straggler.stores.opener import open_store

@@ -7,7 +7,7 @@ the sum of its metric_values (ms; one value in practice, several when a timer ra
 microbatch); rows of one (rank, timer) with different subnames add up. Timer names map
 through relax_straggler.readers.megatron_names.timer_target (stage and p2p columns; the
 vocabulary of relax_straggler.megatron_timers, ``straggler/<stage>`` included, which the live
-sink and the replay write for a stage without a Megatron timer); step_ms is the largest
+sink and the feed write for a stage without a Megatron timer); step_ms is the largest
 first value of the iteration's interval-time rows.
 
 Problems carry no file line: each names job, iteration, rank and timer (line 0):

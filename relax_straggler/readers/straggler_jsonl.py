@@ -17,6 +17,7 @@ from typing import Iterator, Optional, Union
 
 import numpy as np
 
+from relax_straggler.metric_names import HANG_ANSWER
 from relax_straggler.readers.base import (MAX_STEP, MAX_TIME_MS, InputError, Problems, StepTimes, empty_stage_row,
                                           finite_number, parse_json_int, short_repr)
 from relax_straggler.topology import Topology
@@ -78,7 +79,7 @@ class StragglerJsonlReader:
             self.problems.report(line, "not a JSON object", "malformed")
             return None
         metrics = rec.get("metrics")
-        if isinstance(metrics, dict) and "straggler/hang/answer" in metrics:
+        if isinstance(metrics, dict) and HANG_ANSWER in metrics:
             return None  # the watchdog's answer to a stopped job (relax_straggler.hang): no step times
         step, stages, device = rec.get("step"), rec.get("stages"), rec.get("device_ms")
         if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step <= MAX_STEP:

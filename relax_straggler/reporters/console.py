@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from typing import Optional, TextIO
 
+from relax_straggler.metric_names import HANG_ANSWER, stage_prefix
 from relax_straggler.report import Report
 
 # States worth a line without verbose: what a person acts on.
@@ -23,8 +24,8 @@ class ConsoleSink:
         self._announced: set[tuple[int, str, str]] = set()  # (rank or -group - 1, stage, state) on screen
 
     def __call__(self, report: Report) -> None:
-        if "straggler/hang/answer" in report.metrics:  # the hang answer: no stage rows
-            lines = [f"[straggler] HANG after step {report.step}: {report.metrics['straggler/hang/answer']}"]
+        if HANG_ANSWER in report.metrics:  # the hang answer: no stage rows
+            lines = [f"[straggler] HANG after step {report.step}: {report.metrics[HANG_ANSWER]}"]
             out = self._stream or sys.stdout
             out.write("\n".join(lines) + "\n")
             out.flush()
@@ -66,7 +67,7 @@ class ConsoleSink:
         lines = [f"[straggler] step {report.step}: {report.hints}",
                  f"  {'stage':<26}{'mean ms':>10}{'max ms':>10}{'max/ref':>10}{'top rank':>10}  stragglers"]
         for stage in report.stages:
-            p = f"straggler/{stage}/"
+            p = stage_prefix(stage)
             flagged = ",".join(str(r) for r in report.stragglers.get(stage, ())) or "-"
             lines.append(f"  {stage:<26}{m[p + 'mean_ms']:>10.2f}{m[p + 'max_ms']:>10.2f}"
                          f"{m[p + 'slowdown_ratio']:>9.2f}x{m[p + 'top_rank']:>10d}  {flagged}")

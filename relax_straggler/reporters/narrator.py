@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+from relax_straggler.metric_names import HANG_ANSWER
 from relax_straggler.report import Report
 from relax_straggler.reporters.console import ConsoleSink
 from relax_straggler.reporters.summary import RunSummary
@@ -67,9 +68,9 @@ class Narrator:
     def __call__(self, report: Report) -> None:
         if self._changes is None:
             return
-        if "straggler/hang/answer" in report.metrics:  # the job stopped: no stage rows
+        if HANG_ANSWER in report.metrics:  # the job stopped: no stage rows
             self._log.warning("relax_straggler: HANG after step %d: %s", report.step,
-                              report.metrics["straggler/hang/answer"])
+                              report.metrics[HANG_ANSWER])
             return
         for line in self._changes.verdict_changes(report):
             self._log.info("relax_straggler: %s", line.removeprefix("[straggler] "))

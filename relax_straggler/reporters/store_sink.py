@@ -45,7 +45,9 @@ import pyarrow as pa
 from relax_straggler.stores import end_rows, hang_rows, verdict_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Sample, Store, samples_to_table
 from relax_straggler.stores.url import parse_writer_url
-from relax_straggler.megatron_timers import FINDING_METRIC, VERDICT_METRIC, stage_timer_name
+from relax_straggler.megatron_timers import stage_timer_name
+from relax_straggler.metric_names import (FINDING_METRIC, VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_METRIC,
+                                          VERDICT_RANK, VERDICT_RATIO, VERDICT_SINCE_STEP, VERDICT_STAGE)
 from relax_straggler.report import Report
 from relax_straggler.stages import CORE_STAGES
 
@@ -112,9 +114,9 @@ def verdict_table(report: Report, job: str, timestamp: float, node: str, cluster
     v = report.verdict
     metrics = v.metrics()
     rows = [(VERDICT_METRIC, *verdict_rows.encode(
-        v.status, metrics["straggler/verdict/stage"], metrics["straggler/verdict/cause"],
-        [metrics["straggler/verdict/rank"], metrics["straggler/verdict/since_step"],
-         metrics["straggler/verdict/confidence"], metrics["straggler/verdict/ratio"]], verdict_rows.VERDICT_VALUES))]
+        v.status, metrics[VERDICT_STAGE], metrics[VERDICT_CAUSE],
+        [metrics[VERDICT_RANK], metrics[VERDICT_SINCE_STEP], metrics[VERDICT_CONFIDENCE], metrics[VERDICT_RATIO]],
+        verdict_rows.VERDICT_VALUES))]
     for f in v.findings:
         rows.append((FINDING_METRIC, *verdict_rows.encode(
             f.state, f.stage, f.cause,

@@ -12,6 +12,7 @@ from typing import Optional
 
 import numpy as np
 
+from relax_straggler.metric_names import stage_prefix
 from relax_straggler.report import Report
 from relax_straggler.stages import is_communication
 
@@ -75,7 +76,7 @@ class RunSummary:
         self._confirmed: dict[tuple[int, str], dict] = {}  # (rank, stage) -> first step, report index, ratio, causes
 
     def __call__(self, report: Report) -> None:
-        ref = {s: report.metrics[f"straggler/{s}/ref_ms"] for s in report.stages}
+        ref = {s: report.metrics[stage_prefix(s) + "ref_ms"] for s in report.stages}
         with self._lock:
             self.reports += 1
             if report.verdict is not None:

@@ -1,5 +1,5 @@
 """Metrics stores: per-rank Megatron timer rows (``megatron_metrics``) written by the live
-sink, ingest and replay, read by the monitor and ``analyze``.
+sink, ingest and the feed, read by the monitor and ``analyze``.
 
     from relax_straggler.stores import open_store, parse_store_url
     store = open_store("file:///var/lib/straggler")      # or clickhouse://HOST:PORT/DB

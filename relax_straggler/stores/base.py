@@ -1,4 +1,4 @@
-"""The metrics store's row and interface, shared by the sink, ingest, replay and the monitor.
+"""The metrics store's row and interface, shared by the sink, ingest, the feed and the monitor.
 
 One row is one Megatron timer of one rank at one iteration, in the
 ``megatron_metrics`` layout Megatron timer stores use:
@@ -32,7 +32,7 @@ import pyarrow as pa
 # The timer whose value is a rank's whole iteration (Megatron's interval-time, ms).
 STEP_METRIC = "interval-time"
 # Job ids the monitor's API serves: what Megatron / Slurm job names use; never a path. Stores
-# take any non-empty id; replay and ingest refuse the others, which no API call could reach.
+# take any non-empty id; the feed and ingest refuse the others, which no API call could reach.
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,127}$"
 
 
@@ -78,7 +78,7 @@ class IterationTime:
 
 
 # The columnar form of a batch of rows (Store.write_table): one column per Sample field,
-# metric_values as a list of float64 (ms). Writers with many rows per call (replay, the
+# metric_values as a list of float64 (ms). Writers with many rows per call (the feed, the
 # benchmark's load generator, a metrics rank gathering 1,024 ranks) build this directly
 # instead of one Sample object per row.
 SAMPLE_SCHEMA = pa.schema([
@@ -118,7 +118,7 @@ def table_to_samples(table: pa.Table) -> Iterable[Sample]:
 
 
 class Store(Protocol):
-    """What the sink, ingest, replay and monitor need from a store. Every method raises
+    """What the sink, ingest, the feed and the monitor need from a store. Every method raises
     StoreError when the store is unreachable; callers retry (the monitor reconnects)."""
 
     url: str

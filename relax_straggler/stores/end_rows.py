@@ -1,5 +1,5 @@
 """The end-of-run row: one format, written when a job ends normally (the live store sink at
-uninstall(), `relax-straggler replay` at its end), read back by the monitor, which then
+uninstall(), `relax-straggler feed` at its end), read back by the monitor, which then
 shows the job `finished` instead of `hanging` once its iterations stop.
 
 One row per end, in rows of rank 0:
@@ -17,12 +17,13 @@ from typing import Iterable, Optional
 
 import pyarrow as pa
 
-from relax_straggler.megatron_timers import END_METRIC
+from relax_straggler.metric_names import END_METRIC
 from relax_straggler.stores.base import Sample, samples_to_table
 
 END_VALUES = ("last_step", "steps")
 # uninstall: the live analysis was uninstalled (the integrations do it on their exit paths);
-# replay: a replay wrote its last iteration.
+# replay: the feed (relax_straggler.monitor.feed) wrote its last iteration; the reason keeps
+# the command's old name, which the stored rows carry.
 REASONS = ("uninstall", "replay")
 
 

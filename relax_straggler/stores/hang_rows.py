@@ -21,11 +21,9 @@ from typing import Any, Iterable, Mapping, Optional
 
 import pyarrow as pa
 
-from relax_straggler.megatron_timers import HANG_METRIC
+from relax_straggler.metric_names import HANG_DETECTED, HANG_METRIC, HANG_PREFIX
 from relax_straggler.stores.base import Sample, samples_to_table
 
-PREFIX = HANG_METRIC + "/"
-DETECTED = PREFIX + "detected"
 HANG_VALUES = ("rank", "seq", "waiting_ranks", "waited_s", "stalled_s")
 FIELDS = ("kind", "rank", "group", "group_ranks", "op", "seq", "waiting_ranks", "waited_s", "last_completed",
           "no_snapshot_ranks", "stalled_s", "step", "answer")
@@ -35,13 +33,13 @@ _NUMBERS = ("waited_s", "stalled_s")
 
 def is_hang_answer(metrics: Mapping[str, Any]) -> bool:
     """Whether a report's metrics are a hang answer (relax_straggler.hang.publish)."""
-    return metrics.get(DETECTED) == 1
+    return metrics.get(HANG_DETECTED) == 1
 
 
 def hang_table(metrics: Mapping[str, Any], job: str, timestamp: float, node: str, cluster: str = "") -> pa.Table:
     """The answer's row (SAMPLE_SCHEMA, one row) from its straggler/hang/* metrics. Raises
     KeyError naming the first field the metrics lack."""
-    fields = {name: metrics[PREFIX + name] for name in FIELDS}
+    fields = {name: metrics[HANG_PREFIX + name] for name in FIELDS}
     return samples_to_table([Sample(timestamp, job, HANG_METRIC, 0, int(fields["step"]),
                                     tuple(float(fields[name]) for name in HANG_VALUES),
                                     subname=json.dumps(fields, sort_keys=True), node=node, cluster=cluster)])

@@ -8,7 +8,7 @@
 
 ``?table=NAME`` is part of a ClickHouse store's address: every command that takes a store
 URL accepts it, and ``StoreURL.url`` keeps it. A URL may also carry a query whose
-parameters its user accepts: ``?job=ID`` (the live sink, ingest, replay) and
+parameters its user accepts: ``?job=ID`` (the live sink, ingest, the feed) and
 ``&first=N&last=M`` (an analysis input's iteration range).
 """
 
@@ -116,7 +116,7 @@ def parse_store_url(url: str, accept: Collection[str] = ()) -> StoreURL:
 
 
 def parse_writer_url(url: str) -> StoreURL:
-    """A writer's URL, ``STORE_URL[?job=ID]`` (the live sink, ingest, replay): the rows it
+    """A writer's URL, ``STORE_URL[?job=ID]`` (the live sink, ingest, the feed): the rows it
     writes must be reachable through the monitor's API, so a job id must pass check_job_id.
     Raises ValueError naming the URL."""
     parsed = parse_store_url(url, accept=("job",))

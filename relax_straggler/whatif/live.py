@@ -2,19 +2,10 @@
 recorded by relax_straggler.op_records) through the engine's what-if model, on the metrics
 rank's report thread. docs/WHATIF.md, "Live".
 
-    straggler/whatif/slowdown          S of the step (Eq. 1)
-    straggler/whatif/slowdown_typical  median S over the recent healthy reports (before this one)
-    straggler/whatif/slowdown_spread   1.4826 x their median absolute deviation: the job's own noise
-    straggler/whatif/leader            "dp D / pp S", this step's worker with the highest min(S_dp, S_stage)
-    straggler/whatif/lead              its score minus the runner-up's
-    straggler/whatif/top_worker        the worker named: the same leader beyond the spread over a
-                                       confirmation window (relax_straggler.whatif.lead); "none"
-    straggler/whatif/top_rank          the rank recorded for the named worker; -1 when none
-    straggler/whatif/give_back         fraction of the lost time fixing the named worker returns
-                                       (rem); 0 when none
-    straggler/whatif/simulation_error  measured / replayed step time
-    straggler/whatif/elapsed_ms        time spent building and replaying the model
-    straggler/dropped_ops              ops not recorded because a rank's per-step buffer was full
+It publishes straggler/whatif/* and straggler/dropped_ops (relax_straggler.metric_names;
+their meanings: docs/METRICS.md): S of the step, its typical value and spread over the
+recent healthy reports, this step's leading worker, the worker named once it leads beyond
+the spread (relax_straggler.whatif.lead), what fixing it gives back, and the model's error.
 
 Nothing under straggler/whatif/ is published for a step without per-op data, one where a
 rank dropped ops, or one the model cannot represent (logged once): never a guess.
@@ -28,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from relax_straggler.metric_names import DROPPED_OPS, WHATIF_PREFIX
 from relax_straggler.payload import OP_FIELDS, OP_TYPES, unpack_ops
 from relax_straggler.readers import OpRecords
 from relax_straggler.whatif.errors import WhatIfInputError
@@ -117,7 +109,7 @@ class LiveWhatIf:
         except ValueError as e:
             self._skip("bad per-op rows: %s", e)
             return {}
-        out: dict[str, Any] = {"straggler/dropped_ops": int(np.nansum(g.dropped_ops_total))}
+        out: dict[str, Any] = {DROPPED_OPS: int(np.nansum(g.dropped_ops_total))}
         if not (g.num_ops > 0).any():
             return out
         if (g.dropped_ops > 0).any():
@@ -137,16 +129,16 @@ class LiveWhatIf:
                 kept = (rec.dp_rank == named[0]) & (rec.stage == named[1])
                 top_rank, give_back = int(rec.rank[np.argmax(kept)]), float(report.m_w.rem)
             out.update({
-                "straggler/whatif/slowdown": float(report.slowdown),
-                "straggler/whatif/slowdown_typical": lead.typical,
-                "straggler/whatif/slowdown_spread": lead.spread,
-                "straggler/whatif/leader": f"dp {lead.leader[0]} / pp {lead.leader[1]}",
-                "straggler/whatif/lead": lead.lead,
-                "straggler/whatif/top_worker": "none" if named is None else f"dp {named[0]} / pp {named[1]}",
-                "straggler/whatif/top_rank": top_rank,
-                "straggler/whatif/give_back": give_back,
-                "straggler/whatif/simulation_error": float(report.simulation_error),
-                "straggler/whatif/elapsed_ms": (time.perf_counter() - t0) * 1e3,
+                WHATIF_PREFIX + "slowdown": float(report.slowdown),
+                WHATIF_PREFIX + "slowdown_typical": lead.typical,
+                WHATIF_PREFIX + "slowdown_spread": lead.spread,
+                WHATIF_PREFIX + "leader": f"dp {lead.leader[0]} / pp {lead.leader[1]}",
+                WHATIF_PREFIX + "lead": lead.lead,
+                WHATIF_PREFIX + "top_worker": "none" if named is None else f"dp {named[0]} / pp {named[1]}",
+                WHATIF_PREFIX + "top_rank": top_rank,
+                WHATIF_PREFIX + "give_back": give_back,
+                WHATIF_PREFIX + "simulation_error": float(report.simulation_error),
+                WHATIF_PREFIX + "elapsed_ms": (time.perf_counter() - t0) * 1e3,
             })
         except (ValueError, WhatIfInputError) as e:  # the model cannot represent this schedule
             self._skip("the what-if model cannot replay step %d: %s", int(g.steps[0]), e)

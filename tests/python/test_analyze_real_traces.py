@@ -86,3 +86,10 @@ def test_ensemble_votes_are_added_without_changing_the_anomalies():
     strip = lambda s: [{k: v for k, v in a.items() if k != "evidence"} for a in s["anomalies"]]  # noqa: E731
     assert strip(both) == strip(plain)
     assert any(line.startswith("ensemble window detector") for line in both["anomalies"][0]["evidence"])
+
+
+def test_the_ensemble_names_the_slow_pipeline_stage_by_its_pp_rank():
+    ens = build_summary(analyze(open_source(trace("trace-ST.parquet")), AnalyzeConfig(ensemble_steps=32)))["ensemble"]
+    forward = [i for i in ens["imbalance"] if i["stage"] == "forward"]
+    assert len(forward) == 1 and forward[0]["slowest_pp_rank"] == 3 and forward[0]["ratio"] > 1, ens["imbalance"]
+    assert not ens["anomalies"]

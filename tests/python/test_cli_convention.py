@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from relax_straggler import __version__
-from relax_straggler.cli import COMMANDS, build_parser, main
+from relax_straggler.cli import ALIASES, COMMANDS, build_parser, main
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 TRACE = REPO / "tests" / "data" / "whatif-traces" / "trace-ST.parquet"
-PRINTS_A_RESULT = ("analyze", "whatif", "ingest", "replay", "parity", "patch")  # monitor serves over HTTP
-RUNS_FOR_SECONDS = ("analyze", "whatif", "ingest", "replay")
+PRINTS_A_RESULT = ("analyze", "whatif", "ingest", "feed", "parity", "patch")  # monitor serves over HTTP
+RUNS_FOR_SECONDS = ("analyze", "whatif", "ingest", "feed")
 
 
 def subparsers() -> dict[str, argparse.ArgumentParser]:
@@ -58,7 +58,13 @@ def test_the_usage_table_lists_every_command_with_the_parsers_flags():
     table = usage_table()
     parsers = subparsers()
     assert set(table) == set(COMMANDS) | {"relax-straggler"}
-    for name, parser in parsers.items():
+    assert set(parsers) == set(COMMANDS) | set(ALIASES)
+    for old, new in ALIASES.items():  # an old name is the same command, and given alone builds only it
+        assert parsers[old] is parsers[new]
+        alone = next(a for a in build_parser(only=old)._actions if isinstance(a, argparse._SubParsersAction))
+        assert set(alone.choices) == {old, new}
+    for name in COMMANDS:
+        parser = parsers[name]
         flags, exits = table[name]
         assert flags == long_flags(parser), (name, flags ^ long_flags(parser))
         for code in ("0 ", "1 ", "2 "):
@@ -100,7 +106,7 @@ def test_an_http_address_gets_a_hint(capsys):
 def test_a_missing_job_is_named_with_the_jobs_there(tmp_path, capsys):
     store = f"file://{tmp_path}/s"
     for job in ("run-a", "run-b"):
-        code, _, err = run(capsys, "replay", "--synthetic", "ranks=2,iterations=2,step_ms=1", "--store", store,
+        code, _, err = run(capsys, "feed", "--synthetic", "ranks=2,iterations=2,step_ms=1", "--store", store,
                            "--job", job, "--speed", "1000", "--no-progress")
         assert code == 0, err
     code, _, err = run(capsys, "analyze", f"{store}?job=nope")
@@ -116,9 +122,9 @@ def test_analyze_help_names_store_urls_and_the_or_rule(capsys):
     assert "slow when t >= ref x this or t - ref >= --absolute-ms-threshold" in flat
 
 
-def test_replay_writes_its_result_as_json(tmp_path, capsys):
-    path = tmp_path / "replay.json"
-    code, out, _ = run(capsys, "replay", "--synthetic", "ranks=2,iterations=3,step_ms=1", "--store",
+def test_feed_writes_its_result_as_json(tmp_path, capsys):
+    path = tmp_path / "feed.json"
+    code, out, _ = run(capsys, "feed", "--synthetic", "ranks=2,iterations=3,step_ms=1", "--store",
                        f"file://{tmp_path}/s", "--job", "j", "--speed", "1000", "--format", "json", "--json", str(path))
     assert code == 0
     printed = json.loads(out)

@@ -44,7 +44,7 @@ def test_the_table_parameter_names_the_table_and_stays_in_the_store_url():
     assert (parsed.table, parsed.url) == ("metrics_all", "clickhouse://h:8124/db?table=metrics_all")
     assert parse_store_url("clickhouse://h/db").table == "megatron_metrics"
     assert parse_store_url("file:///s").table == ""
-    # Every command takes it: the sink's, ingest's and replay's URL, an analyze input, the monitor's.
+    # Every command takes it: the sink's, ingest's and feed's URL, an analyze input, the monitor's.
     assert parse_writer_url("clickhouse://h/db?table=t1&job=j").url == "clickhouse://h/db?table=t1"
     store_url, job, first, _ = parse_input_url("clickhouse://h/db?job=j&table=t1&first=2")
     assert (store_url, job, first) == ("clickhouse://h/db?table=t1", "j", 2)

@@ -138,7 +138,7 @@ def test_a_large_answer_arriving_in_many_chunks_is_read_whole(db):
 
 def test_the_monitor_names_the_straggler_of_a_megatron_layout_table(db, tmp_path):
     from conftest import wait_for
-    from relax_straggler.monitor.replay import Injection, Synthetic, replay
+    from relax_straggler.monitor.feed import Injection, Synthetic, feed
     from relax_straggler.monitor.service import Monitor, MonitorConfig
     from relax_straggler.topology import Topology
 
@@ -148,8 +148,8 @@ def test_the_monitor_names_the_straggler_of_a_megatron_layout_table(db, tmp_path
     try:
         monitor.register("mega-job", Topology(dp=16, pp=1, ranks_per_node=4))
         store = ClickHouseStore(engine.url(name))
-        replay(Synthetic(ranks=16, iterations=50, step_ms=100, seed=3).steps(), store, "mega-job", speed=1e9,
-               injections=[Injection.parse("5:forward:80:40")], ranks_per_node=4)
+        feed(Synthetic(ranks=16, iterations=50, step_ms=100, seed=3).steps(), store, "mega-job", speed=1e9,
+             injections=[Injection.parse("5:forward:80:40")], ranks_per_node=4)
         store.close()
         monitor.poll_once()
         view = wait_for(lambda: (v := monitor.view("mega-job"))["status"] == "detected" and v, what="detected")

@@ -14,7 +14,7 @@ import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import core, ext
 from relax_straggler.confirm import CAUSES, ConfirmedVerdict
-from relax_straggler.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_source
+from relax_straggler.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_kernel_source
 from relax_straggler.payload import KERNEL_FIELDS, ROW_LEN, KernelMatrix, pack, unpack
 from relax_straggler.report import build_report
 from relax_straggler.stages import STAGES, stage_id
@@ -280,7 +280,7 @@ def test_a_failing_source_warns_once_and_training_continues(caplog):
 def test_the_flag_on_a_build_without_cupti_warns_once_and_runs_on_events(caplog):
     with caplog.at_level(logging.WARNING, logger="relax_straggler.kernel_evidence"):
         losses, reports = train(StragglerConfig(**SAMPLED, kernel_stats=True))
-        assert open_source() is None
+        assert open_kernel_source() is None
     warnings = [r.getMessage() for r in caplog.records if "--straggler-kernel-stats" in r.getMessage()]
     assert len(warnings) <= 1  # once per process: an earlier test may have had it
     assert len(reports) == 6
@@ -357,7 +357,7 @@ def test_a_step_the_collector_declines_is_not_measured():
 @pytest.mark.skipif(core().kernels.WITH_CUPTI, reason="this build has CUPTI")
 def test_without_cupti_there_is_no_cupti_source_even_over_a_timer():
     timer = ext().StageTimer(len(STAGES), 1)
-    assert open_source(timer) is None
+    assert open_kernel_source(timer) is None
     with pytest.raises(RuntimeError, match="without CUPTI"):
         CuptiKernelSource(timer)
     assert not timer.has_section_observer
@@ -365,10 +365,10 @@ def test_without_cupti_there_is_no_cupti_source_even_over_a_timer():
 
 @pytest.mark.skipif(not core().kernels.WITH_CUPTI, reason="this build has no CUPTI")
 def test_with_cupti_a_cpu_timer_gets_no_source_and_a_cuda_one_does(caplog):
-    assert open_source(ext().StageTimer(len(STAGES), 1)) is None  # CPU timing: no kernels
+    assert open_kernel_source(ext().StageTimer(len(STAGES), 1)) is None  # CPU timing: no kernels
     if torch.cuda.is_available():
         timer = ext().StageTimer(len(STAGES), 1, use_cuda=True)
-        source = open_source(timer)
+        source = open_kernel_source(timer)
         assert isinstance(source, CuptiKernelSource) and timer.has_section_observer
         source.close()
 

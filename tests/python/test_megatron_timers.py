@@ -1,6 +1,6 @@
 """One Megatron timer vocabulary (relax_straggler/megatron_timers.py): every timer name
 Megatron-Core / Megatron-LM start maps as documented, and the live adapter, the offline
-readers, the store rows reader, the replay and the live sink all read it the same way."""
+readers, the store rows reader, the feed and the live sink all read it the same way."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from relax_straggler import megatron_timers as mt
 from relax_straggler.integrations import megatron as live
-from relax_straggler.monitor import replay
+from relax_straggler.monitor import feed
 from relax_straggler.readers import megatron_names, metrics_rows, open_source
 from relax_straggler.readers.base import P2P_OPS, Problems, StepTimes
 from relax_straggler.reporters import store_sink
@@ -129,7 +129,7 @@ def test_live_adapter_offline_readers_and_store_rows_agree(name, stage, p2p, par
 
 
 def test_writers_use_the_stage_to_timer_direction_and_it_round_trips():
-    assert replay.stage_timer_name is mt.stage_timer_name and store_sink.stage_timer_name is mt.stage_timer_name
+    assert feed.stage_timer_name is mt.stage_timer_name and store_sink.stage_timer_name is mt.stage_timer_name
     assert live.live_stage is mt.live_stage and megatron_names.timer_meaning is mt.timer_meaning
     assert metrics_rows.timer_target is megatron_names.timer_target
     for stage in STAGES:
@@ -141,10 +141,10 @@ def test_writers_use_the_stage_to_timer_direction_and_it_round_trips():
         mt.stage_timer_name("fwd")
 
 
-def test_replayed_rows_of_every_stage_read_back_onto_their_stage():
+def test_fed_rows_of_every_stage_read_back_onto_their_stage():
     ms = np.arange(1.0, 1.0 + 2 * len(STAGES)).reshape(2, len(STAGES))
     step = StepTimes(step=3, ranks=np.array([0, 1]), ms=ms, p2p_ms=None, step_ms=math.nan)
-    table = replay.step_table("j", step, timestamp=0.0, ranks_per_node=1)
+    table = feed.step_table("j", step, timestamp=0.0, ranks_per_node=1)
     rows = [Sample(timestamp=0.0, job="j", metric_name=r["metric_name"], rank=r["rank"], iteration=r["iteration"],
                    values=tuple(r["metric_values"])) for r in table.to_pylist()]
     (back,) = metrics_rows.RowConverter("j", Problems("rows")).steps(rows)

@@ -1,5 +1,5 @@
 """megatron_metrics rows -> StepTimes (relax_straggler/readers/metrics_rows.py): a recorded
-run replayed into a store reads back as the file reader reads it, and bad rows are
+run fed into a store reads back as the file reader reads it, and bad rows are
 reported by job, iteration, rank and timer."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from relax_straggler.analysis import analyze, build_summary
-from relax_straggler.monitor.replay import recorded_steps, replay
+from relax_straggler.monitor.feed import feed, recorded_steps
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stores.base import Sample
 from relax_straggler.readers import InputError, Problems, open_source
@@ -23,10 +23,10 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.mark.parametrize("name", ["megatron_all.log", "straggler.jsonl"])
-def test_replayed_recording_reads_back_as_the_file(tmp_path, name):
+def test_a_fed_recording_reads_back_as_the_file(tmp_path, name):
     path = str(FIXTURES / name)
     store = open_store(f"file://{tmp_path}")
-    stats = replay(recorded_steps(path), store, "rec", speed=1e9, ranks_per_node=4)
+    stats = feed(recorded_steps(path), store, "rec", speed=1e9, ranks_per_node=4)
     original = list(open_source(path).steps())
     assert stats.iterations == len(original)
     source = StoreSource(store, "rec", 0, 10**9, topology=declared_topology(path))
@@ -54,7 +54,7 @@ def declared_topology(path: str):
 def test_analysis_of_the_store_matches_the_file(tmp_path):
     path = str(FIXTURES / "megatron_all.log")
     store = open_store(f"file://{tmp_path}")
-    replay(recorded_steps(path), store, "rec", speed=1e9)
+    feed(recorded_steps(path), store, "rec", speed=1e9)
     topology = declared_topology(path)
     assert (topology.dp, topology.pp, topology.tp) == (2, 2, 2)
     from_file = build_summary(analyze(open_source(path)))
@@ -126,7 +126,7 @@ def test_stages_without_a_megatron_timer_round_trip(tmp_path):
         ms[:, STAGE_IDS[stage]] = value
     step = StepTimes(step=7, ranks=np.arange(3), ms=ms, step_ms=30.0)
     store = open_store(f"file://{tmp_path}")
-    replay([step], store, "odd", speed=1e9)
+    feed([step], store, "odd", speed=1e9)
     names = {s.metric_name for s in store.samples("odd", 7, 7)}
     assert {"straggler/attention", "straggler/moe", "straggler/communication/send"} <= names
     back = list(StoreSource(store, "odd", 7, 7).steps())

@@ -1,5 +1,5 @@
 """End to end: `relax-straggler monitor` as a real uvicorn server on 127.0.0.1,
-`relax-straggler replay` writing into the store, httpx as the client."""
+`relax-straggler feed` writing into the store, httpx as the client."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def servers():
         s.stop(signal.SIGKILL)
 
 
-def replay(store: str, job: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(CLI + ["replay", "--store", store, "--job", job, "--ranks-per-node", "4", *args],
+def feed(store: str, job: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(CLI + ["feed", "--store", store, "--job", job, "--ranks-per-node", "4", *args],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -80,11 +80,11 @@ def test_injected_straggler_goes_active_slowdown_predicting_detected(servers, st
     assert r.status_code == 201 and r.json()["status"] == "active"
     # 100 ms iterations, slow ones 400 ms: two 0.2 s polls per slow iteration, so slowdown is seen before the
     # trigger even when a loaded machine delays a poll by a second
-    proc = replay(store_url, "train-1", "--synthetic", "ranks=16,iterations=46,step_ms=100,seed=1", "--speed", "1",
+    proc = feed(store_url, "train-1", "--synthetic", "ranks=16,iterations=46,step_ms=100,seed=1", "--speed", "1",
                   "--inject-delay", "5:forward:300:40")
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0, out
-    # the replay ends with its end-of-run row: finished once every iteration is seen
+    # the feed ends with its end-of-run row: finished once every iteration is seen
     view = wait_for(lambda: (v := server.client.get("/train-1").json())["status"] == "finished"
                     and v["iteration_count"] == 46 and v, what="finished, every iteration seen")
     seen = [t["status"] for t in view["transitions"]]
@@ -108,7 +108,7 @@ def test_job_that_stops_writing_is_hanging(servers, file_url, tmp_path):
     server = Server(file_url, tmp_path / "state.json", 1.5, "--allow-get-registration")
     servers.append(server)
     assert server.client.get("/detect/stops").json()["created"] is True
-    proc = replay(file_url, "stops", "--synthetic", "ranks=4,iterations=5,step_ms=50", "--speed", "10",
+    proc = feed(file_url, "stops", "--synthetic", "ranks=4,iterations=5,step_ms=50", "--speed", "10",
                   "--no-end")
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: server.client.get("/stops").json()["iteration_count"] == 5, what="5 iterations")
@@ -123,7 +123,7 @@ def test_monitor_and_store_restarts_lose_nothing(servers, file_url, tmp_path):
     servers.append(server)
     server.client.post("/jobs/a", json={"dp": 16, "ranks_per_node": 4})
     server.client.post("/jobs/b")
-    proc = replay(file_url, "a", "--synthetic", "ranks=16,iterations=50,step_ms=100", "--speed", "1000",
+    proc = feed(file_url, "a", "--synthetic", "ranks=16,iterations=50,step_ms=100", "--speed", "1000",
                   "--inject-delay", "5:forward:80:40", "--no-end")  # still running when the monitor restarts
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: server.client.get("/a").json()["status"] == "detected", what="detected")
@@ -323,7 +323,7 @@ def test_a_job_id_too_long_for_a_file_name_does_not_stop_the_others(servers, fil
     assert c.post(f"/jobs/{long_id}").status_code == 201
     assert c.post("/jobs/j1").status_code == 201
     for job in (long_id, "j1"):
-        proc = replay(file_url, job, "--synthetic", "ranks=4,iterations=20,step_ms=50", "--speed", "100")
+        proc = feed(file_url, job, "--synthetic", "ranks=4,iterations=20,step_ms=50", "--speed", "100")
         assert proc.wait(timeout=60) == 0, proc.stdout.read()
     for job in (long_id, "j1"):
         view = wait_for(lambda: (v := c.get(f"/{job}").json())["status"] == "finished" and v,

@@ -2,7 +2,7 @@
 promtool and a real Prometheus (Debian's `prometheus` package, `make test` installs it) read
 them, the shipped alert rules (promtool check / test rules), and every panel query of the
 shipped Grafana dashboard and every alert expression evaluated by that Prometheus scraping a
-real monitor fed by `relax-straggler replay --inject-delay`."""
+real monitor fed by `relax-straggler feed --inject-delay`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from relax_straggler.stores.opener import open_store
 from relax_straggler.topology import Topology
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_monitor_api import Server, replay, servers  # noqa: E402,F401 (servers: the fixture)
+from test_monitor_api import Server, feed, servers  # noqa: E402,F401 (servers: the fixture)
 from test_monitor_service import write_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -175,9 +175,9 @@ def test_a_real_prometheus_evaluates_every_panel_and_alert_on_a_straggler_job(se
         start = time.time()
         # 16 ranks, rank 5 +80 ms in forward from iteration 60; ~16 s at twice the recorded pace. The
         # job is registered once its iterations flow (the 3 s hang clock starts at registration).
-        proc = replay(file_url, "train-1", "--synthetic", "ranks=16,iterations=200,step_ms=100,seed=1",
+        proc = feed(file_url, "train-1", "--synthetic", "ranks=16,iterations=200,step_ms=100,seed=1",
                       "--inject-delay", "5:forward:80:60", "--speed", "2")
-        wait_for(lambda: has_iterations(file_url, "train-1"), what="the replay's first iteration")
+        wait_for(lambda: has_iterations(file_url, "train-1"), what="the feed's first iteration")
         assert server.client.post("/jobs/train-1", json={"dp": 16, "ranks_per_node": 4}).status_code == 201
         wait_for(lambda: server.client.get("/train-1").json()["status"] == "detected", what="detected")
         wait_for(lambda: prom.query('ALERTS{alertname="StragglerConfirmed",alertstate="firing"}'),

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from relax_straggler.monitor import metrics as metrics_module
-from relax_straggler.monitor.replay import Injection, Synthetic, replay
+from relax_straggler.monitor.feed import Injection, Synthetic, feed
 from relax_straggler.monitor.service import Monitor, MonitorConfig
 from relax_straggler.monitor.state import read_state
 from relax_straggler.stores.file import FileStore
@@ -39,8 +39,8 @@ def write_job(url: str, job: str, iterations: int, inject: str = "5:forward:80:4
     store = open_store(url)
     try:
         steps = (s for s in Synthetic(ranks=16, iterations=iterations, step_ms=100, seed=3).steps() if s.step >= first)
-        replay(steps, store, job, speed=1e9, injections=[Injection.parse(inject)] if inject else [],
-               ranks_per_node=4, end_of_run=end)
+        feed(steps, store, job, speed=1e9, injections=[Injection.parse(inject)] if inject else [],
+             ranks_per_node=4, end_of_run=end)
     finally:
         store.close()
 

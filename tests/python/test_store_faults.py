@@ -23,7 +23,7 @@ import pytest
 
 from conftest import REAL_RUNS, REPO, wait_for
 from relax_straggler.stores.file import FileStore
-from test_monitor_api import Server, replay
+from test_monitor_api import Server, feed
 
 pytestmark = REAL_RUNS
 
@@ -144,13 +144,13 @@ def test_a_damaged_job_index_stays_that_jobs_under_a_running_monitor(servers, fi
     c = server.client
     for job in ("bad", "good"):
         assert c.post(f"/jobs/{job}").status_code == 201
-    proc = replay(file_url, "bad", "--synthetic", "ranks=4,iterations=10,step_ms=50", "--speed", "1000",
+    proc = feed(file_url, "bad", "--synthetic", "ranks=4,iterations=10,step_ms=50", "--speed", "1000",
                   "--no-end")  # its index: one line per iteration
     assert proc.wait(timeout=60) == 0
     index = Path(file_url[len("file://"):]) / "jobs" / "bad" / "index.jsonl"
     with open(index, "ab") as f:
         f.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")  # a RecursionError in a JSON parser
-    proc = replay(file_url, "good", "--synthetic", "ranks=4,iterations=20,step_ms=50", "--speed", "1000")
+    proc = feed(file_url, "good", "--synthetic", "ranks=4,iterations=20,step_ms=50", "--speed", "1000")
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: c.get("/good").json()["iteration_count"] == 20, what="the healthy job's 20 iterations")
     bad = c.get("/bad").json()
@@ -166,7 +166,7 @@ def test_the_hang_clock_goes_on_across_a_monitor_killed_while_a_job_is_silent(se
     server = Server(file_url, state, 4.0)
     servers.append(server)
     assert server.client.post("/jobs/quiet").status_code == 201
-    proc = replay(file_url, "quiet", "--synthetic", "ranks=4,iterations=30,step_ms=50", "--speed", "1000",
+    proc = feed(file_url, "quiet", "--synthetic", "ranks=4,iterations=30,step_ms=50", "--speed", "1000",
                   "--no-end")
     assert proc.wait(timeout=60) == 0
     wait_for(lambda: server.client.get("/quiet").json()["iteration_count"] == 30, what="30 iterations")

@@ -1,18 +1,18 @@
 """A job's rows in a file store as an analyze input (file://DIR?job=ID), as for ClickHouse:
-the straggler a replayed job holds is named, a missing store or job is a clean error."""
+the straggler a fed job holds is named, a missing store or job is a clean error."""
 
 import json
 
 from relax_straggler.cli import main as cli_main
-from relax_straggler.monitor.replay import Injection, Synthetic, replay
+from relax_straggler.monitor.feed import Injection, Synthetic, feed
 from relax_straggler.stores.opener import open_store
 
 
 def test_analyze_names_the_straggler_of_a_job_in_a_file_store(tmp_path, capsys):
     store = open_store(f"file://{tmp_path}/store")
     try:
-        replay(Synthetic(ranks=8, iterations=30, step_ms=100, seed=3).steps(), store, "job-f", speed=1e9,
-               injections=[Injection.parse("5:forward:80:10")], ranks_per_node=4)
+        feed(Synthetic(ranks=8, iterations=30, step_ms=100, seed=3).steps(), store, "job-f", speed=1e9,
+             injections=[Injection.parse("5:forward:80:10")], ranks_per_node=4)
     finally:
         store.close()
     url = f"file://{tmp_path}/store?job=job-f"
@@ -37,8 +37,8 @@ def _damaged_store(tmp_path, iterations: int, damaged: list[int]) -> str:
     must skip (their checksum fails). Returns the analyze URL."""
     store = open_store(f"file://{tmp_path}/store")
     try:
-        replay(Synthetic(ranks=8, iterations=iterations, step_ms=100, seed=3).steps(), store, "job-d", speed=1e9,
-               injections=[Injection.parse("5:forward:80:0")], end_of_run=False)
+        feed(Synthetic(ranks=8, iterations=iterations, step_ms=100, seed=3).steps(), store, "job-d", speed=1e9,
+             injections=[Injection.parse("5:forward:80:0")], end_of_run=False)
     finally:
         store.close()
     job_dir = tmp_path / "store" / "jobs" / "job-d"

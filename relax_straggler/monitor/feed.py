@@ -1,5 +1,6 @@
-"""The replay simulator (``relax-straggler replay``): writes a recorded or synthetic job into
-a store under a new job id, iteration by iteration, with fresh timestamps, at a chosen speed.
+"""The feed (``relax-straggler feed``, formerly ``replay``): writes a recorded or synthetic
+job into a store under a new job id, iteration by iteration, with fresh timestamps, at a
+chosen speed, as a live job would, for the monitor's demos and tests.
 
 Steps (readers.base.StepTimes, ms) become megatron_metrics rows, one per (rank, timer),
 each stage under relax_straggler.megatron_timers.stage_timer_name:
@@ -19,14 +20,14 @@ each stage under relax_straggler.megatron_timers.stage_timer_name:
 
 Nodes are named node-<rank // ranks_per_node>.
 
-At its end a replay writes the end-of-run row (relax_straggler.stores.end_rows, reason
-replay) unless the job has one at its last iteration already, so the monitor shows the job
+At its end a feed writes the end-of-run row (relax_straggler.stores.end_rows, reason
+"replay") unless the job has one at its last iteration already, so the monitor shows the job
 finished rather than hanging; end_of_run=False (--no-end) leaves it out, as a job that
 crashed would.
 
 Idempotent: an iteration the job already has in the store (rows of STEP_METRIC) is skipped,
-so replaying the same input into the same job again writes nothing and an interrupted
-replay resumes where it stopped, never duplicating a row.
+so feeding the same input into the same job again writes nothing and an interrupted
+feed resumes where it stopped, never duplicating a row.
 
 An injected delay (RANK:STAGE:MS:FROM_ITER) adds MS to that rank's stage from iteration
 FROM_ITER on, and, as synchronous training waits for it, MS to every other rank's
@@ -140,7 +141,7 @@ def _with_allreduce(it: int, ranks: np.ndarray, ms: np.ndarray, allreduce_ms: fl
 
 def recorded_steps(path: str) -> Iterator[StepTimes]:
     """The per-rank steps of a recorded job (any format of relax_straggler.readers).
-    Raises InputError for min/max-only input (no per-rank times to replay) or unreadable input."""
+    Raises InputError for min/max-only input (no per-rank times to feed) or unreadable input."""
     from relax_straggler.readers import open_source
 
     for step in open_source(path).steps():
@@ -221,7 +222,7 @@ def step_table(job: str, step: StepTimes, timestamp: float, ranks_per_node: int,
 
 
 @dataclass
-class ReplayStats:
+class FeedStats:
     """iterations and rows written; skipped: iterations the job had in the store already;
     ended: the end-of-run row was written; seconds: wall time."""
 
@@ -232,10 +233,10 @@ class ReplayStats:
     seconds: float = 0.0
 
 
-def replay(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.0,
-           injections: Sequence[Injection] = (), ranks_per_node: int = 8, cluster: str = "",
-           clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-           end_of_run: bool = True) -> ReplayStats:
+def feed(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.0,
+         injections: Sequence[Injection] = (), ranks_per_node: int = 8, cluster: str = "",
+         clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+         end_of_run: bool = True) -> FeedStats:
     """Writes `steps` into `store` as job `job`, one write per iteration, each iteration
     stamped when it is written and written once its duration / speed has passed since the
     previous one (speed 2 = twice as fast as recorded). Iterations the job has in the store
@@ -246,7 +247,7 @@ def replay(steps: Iterable[StepTimes], store: Store, job: str, speed: float = 1.
         raise ValueError(f"--speed must be > 0, got {speed}")
     if ranks_per_node < 1:
         raise ValueError(f"--ranks-per-node must be >= 1, got {ranks_per_node}")
-    stats = ReplayStats()
+    stats = FeedStats()
     present = {it.iteration for it in store.iterations(job)}
     start = due = clock()
     last_step, steps_seen = None, 0

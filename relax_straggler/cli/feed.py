@@ -1,7 +1,8 @@
-"""`relax-straggler replay`: writes a recorded or synthetic job into a metrics store under a
-new job id at a chosen speed (relax_straggler/monitor/replay.py).
+"""`relax-straggler feed` (`replay`, its old name, still works): writes a recorded or
+synthetic job into a metrics store under a new job id at a chosen speed
+(relax_straggler/monitor/feed.py).
 
-Exit status: 0 replayed; 1 the input or the store cannot be used; 2 bad arguments (a
+Exit status: 0 written; 1 the input or the store cannot be used; 2 bad arguments (a
 malformed --synthetic, --inject-delay, store URL or job id included).
 """
 
@@ -13,8 +14,10 @@ from relax_straggler.cli.common import EXIT_DATA, EXIT_USAGE, add_output_argumen
 
 
 def register(subparsers) -> None:
+    from relax_straggler.cli import ALIASES
+
     p = subparsers.add_parser(
-        "replay", help="Replay a recorded or synthetic job into a metrics store.",
+        "feed", aliases=[old for old, name in ALIASES.items() if name == "feed"], help="Feed a recorded or synthetic job into a metrics store.",
         description="Writes a recorded job (straggler.jsonl, Megatron timer log, trace) or a synthetic one into the "
                     "store, iteration by iteration with fresh timestamps. See docs/MONITOR.md.")
     p.add_argument("input", nargs="?", default=None, help="recorded job (any format of `relax-straggler analyze`)")
@@ -23,7 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--store", required=True, metavar="URL", help="file://DIR or clickhouse://HOST:PORT/DB")
     p.add_argument("--job", required=True, help="job id to write under")
     p.add_argument("--speed", type=float, default=1.0, metavar="X",
-                   help="replay speed: 1 = recorded pace, 10 = ten times faster (default 1)")
+                   help="speed: 1 = recorded pace, 10 = ten times faster (default 1)")
     p.add_argument("--inject-delay", action="append", default=[], metavar="RANK:STAGE:MS:FROM_ITER",
                    help="add MS to RANK's STAGE from iteration FROM_ITER on (repeatable)")
     p.add_argument("--ranks-per-node", type=int, default=8, metavar="N",
@@ -39,14 +42,14 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from relax_straggler.cli.common import progress
-    from relax_straggler.monitor.replay import Injection, Synthetic, recorded_steps, replay
+    from relax_straggler.monitor.feed import Injection, Synthetic, feed, recorded_steps
     from relax_straggler.stores.opener import open_store
     from relax_straggler.stores.base import StoreError, check_job_id
     from relax_straggler.stores.url import redact
     from relax_straggler.readers import InputError
 
     if (args.input is None) == (args.synthetic is None):
-        return error("replay: give either INPUT or --synthetic SPEC", EXIT_USAGE)
+        return error(f"{args.command}: give either INPUT or --synthetic SPEC", EXIT_USAGE)
     try:
         check_job_id(args.job)
         injections = [Injection.parse(text) for text in args.inject_delay]
@@ -64,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
                     update(completed=i)
 
             steps = synthetic.steps() if synthetic else recorded_steps(args.input)
-            stats = replay(counted(steps), store, args.job, speed=args.speed, injections=injections,
-                           ranks_per_node=args.ranks_per_node, cluster=args.cluster, end_of_run=not args.no_end)
+            stats = feed(counted(steps), store, args.job, speed=args.speed, injections=injections,
+                         ranks_per_node=args.ranks_per_node, cluster=args.cluster, end_of_run=not args.no_end)
     except ValueError as exc:
         return error(str(exc), EXIT_USAGE)
     except (InputError, StoreError) as exc:

@@ -1,4 +1,4 @@
-"""The replay simulator (relax_straggler/monitor/replay.py, `relax-straggler replay`):
+"""The feed (relax_straggler/monitor/feed.py, `relax-straggler feed`, `replay` its old name):
 pacing with an injected clock, injected delays, synthetic jobs, argument errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relax_straggler.monitor.replay import Injection, Synthetic, inject, replay, step_table
+from relax_straggler.monitor.feed import Injection, Synthetic, feed, inject, step_table
 from relax_straggler.stores.opener import open_store
 from relax_straggler.stages import STAGE_IDS
 
@@ -34,8 +34,8 @@ class FakeTime:
 def test_speed_paces_iterations_and_stamps_fresh_times(tmp_path):
     t = FakeTime()
     store = open_store(f"file://{tmp_path}")
-    stats = replay(Synthetic(ranks=4, iterations=5, step_ms=200, noise=0).steps(), store, "paced", speed=2.0,
-                   clock=t.clock, sleep=t.sleep)
+    stats = feed(Synthetic(ranks=4, iterations=5, step_ms=200, noise=0).steps(), store, "paced", speed=2.0,
+                 clock=t.clock, sleep=t.sleep)
     assert stats.iterations == 5 and stats.rows == 5 * 4 * 5
     assert t.sleeps == pytest.approx([0.1] * 5)  # 200 ms iterations at twice the speed
     its = store.iterations("paced")
@@ -84,41 +84,42 @@ def test_bad_synthetic_spec_names_the_problem(text, message):
 
 def test_injection_of_a_missing_rank_is_refused(tmp_path):
     with pytest.raises(ValueError, match="rank 9 is not in iteration 0"):
-        replay(Synthetic(ranks=4, iterations=2).steps(), open_store(f"file://{tmp_path}"), "j", speed=1e9,
-               injections=[Injection.parse("9:forward:10:0")])
+        feed(Synthetic(ranks=4, iterations=2).steps(), open_store(f"file://{tmp_path}"), "j", speed=1e9,
+             injections=[Injection.parse("9:forward:10:0")])
 
 
-def test_cli_replays_a_recording_and_reports_bad_input(tmp_path):
+@pytest.mark.parametrize("command", ["feed", "replay"])  # replay: the command's old name
+def test_cli_feeds_a_recording_and_reports_bad_input(tmp_path, command):
     fixture = REPO / "tests" / "python" / "fixtures" / "megatron_all.log"
-    ok = subprocess.run(CLI + ["replay", str(fixture), "--store", f"file://{tmp_path}/s", "--job", "rec",
+    ok = subprocess.run(CLI + [command, str(fixture), "--store", f"file://{tmp_path}/s", "--job", "rec",
                                "--speed", "1000"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "replayed 6 iterations" in ok.stdout
     assert [i.iteration for i in open_store(f"file://{tmp_path}/s").iterations("rec")] == [10, 20, 30, 40, 50, 60]
-    missing = subprocess.run(CLI + ["replay", str(tmp_path / "nope.jsonl"), "--store", f"file://{tmp_path}/s",
+    missing = subprocess.run(CLI + [command, str(tmp_path / "nope.jsonl"), "--store", f"file://{tmp_path}/s",
                                     "--job", "x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "nope.jsonl: no such file" in missing.stderr
-    neither = subprocess.run(CLI + ["replay", "--store", f"file://{tmp_path}/s", "--job", "x"], cwd=REPO,
+    neither = subprocess.run(CLI + [command, "--store", f"file://{tmp_path}/s", "--job", "x"], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
-    assert neither.returncode == 2 and "either INPUT or --synthetic" in neither.stderr
+    assert neither.returncode == 2 and f"{command}: give either INPUT or --synthetic" in neither.stderr
 
 
 def test_cli_refuses_a_job_id_the_monitor_cannot_serve(tmp_path):
-    bad = subprocess.run(CLI + ["replay", "--synthetic", "ranks=2,iterations=2", "--store", f"file://{tmp_path}/s",
+    bad = subprocess.run(CLI + ["feed", "--synthetic", "ranks=2,iterations=2", "--store", f"file://{tmp_path}/s",
                                 "--job", "my run", "--speed", "1000"], cwd=REPO, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "'my run' cannot be registered with the monitor" in bad.stderr, bad.stderr
     assert not (tmp_path / "s").exists()
 
 
-def test_replay_into_a_job_that_has_the_iterations_writes_no_duplicate(tmp_path):
+def test_feeding_a_job_that_has_the_iterations_writes_no_duplicate(tmp_path):
     t = FakeTime()
     store = open_store(f"file://{tmp_path}")
     spec = Synthetic(ranks=4, iterations=5, step_ms=100, noise=0)
-    first = replay(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
+    first = feed(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
     rows = len(list(store.samples("again", 0, 10)))
     for _ in range(2):
-        again = replay(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
+        again = feed(spec.steps(), store, "again", clock=t.clock, sleep=t.sleep)
         assert (again.iterations, again.rows, again.skipped, again.ended) == (0, 0, 5, False)
     assert first.ended
     assert len(list(store.samples("again", 0, 10))) == rows == first.rows + 1  # and the one end-of-run row
@@ -126,27 +127,27 @@ def test_replay_into_a_job_that_has_the_iterations_writes_no_duplicate(tmp_path)
     assert len(keys) == len(set(keys))
 
 
-def test_an_interrupted_replay_resumes_after_the_last_iteration_written(tmp_path):
+def test_an_interrupted_feed_resumes_after_the_last_iteration_written(tmp_path):
     t = FakeTime()
     store = open_store(f"file://{tmp_path}")
-    replay(Synthetic(ranks=4, iterations=3, noise=0).steps(), store, "cut", clock=t.clock, sleep=t.sleep)
+    feed(Synthetic(ranks=4, iterations=3, noise=0).steps(), store, "cut", clock=t.clock, sleep=t.sleep)
     sleeps = len(t.sleeps)
-    stats = replay(Synthetic(ranks=4, iterations=5, noise=0).steps(), store, "cut", clock=t.clock, sleep=t.sleep)
+    stats = feed(Synthetic(ranks=4, iterations=5, noise=0).steps(), store, "cut", clock=t.clock, sleep=t.sleep)
     assert (stats.iterations, stats.skipped) == (2, 3)
     assert len(t.sleeps) - sleeps == 2  # skipped iterations are not waited for
     assert [i.iteration for i in store.iterations("cut")] == [0, 1, 2, 3, 4]
     assert all(i.ranks == 4 for i in store.iterations("cut"))
 
 
-def test_a_replay_ends_with_its_end_of_run_row_unless_told_not_to(tmp_path):
+def test_a_feed_ends_with_its_end_of_run_row_unless_told_not_to(tmp_path):
     from relax_straggler.stores import end_rows
 
     t = FakeTime()
     store = open_store(f"file://{tmp_path}")
     spec = Synthetic(ranks=4, iterations=6, step_ms=100, noise=0)
-    replay(spec.steps(), store, "ends", clock=t.clock, sleep=t.sleep)
+    feed(spec.steps(), store, "ends", clock=t.clock, sleep=t.sleep)
     ended_at = t.now
-    replay(spec.steps(), store, "crashes", clock=t.clock, sleep=t.sleep, end_of_run=False)
+    feed(spec.steps(), store, "crashes", clock=t.clock, sleep=t.sleep, end_of_run=False)
     end = end_rows.latest_end(store.samples("ends", 0, 10))
     assert end == {"reason": "replay", "last_step": 5, "steps": 6, "ended_at": pytest.approx(ended_at)}
     assert end_rows.latest_end(store.samples("crashes", 0, 10)) is None
