@@ -12,14 +12,12 @@ import numpy as np
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.hang.diagnose import diagnose
+from relax_straggler.judge import Judge
 from relax_straggler.metric_names import COUNTERS, METRICS, PREFIX, STORE_ROWS
 from relax_straggler.payload import KERNEL_FIELDS, OP_TYPE_IDS, pack, pack_ops, unpack
-from relax_straggler.report import build_report, judge
 from relax_straggler.reporters.store_sink import report_rows
 from relax_straggler.stages import STAGES, stage_id
-from relax_straggler.whatif.live import LiveWhatIf
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "relax_straggler"
@@ -103,12 +101,9 @@ def test_everything_the_writers_publish_is_in_the_table():
     published: set[str] = set()
     for groups in ([None] * 8, [0, 0, 1, 1, 2, 2, 3, 3]):
         rng = np.random.default_rng(1)
-        verdict = ConfirmedVerdict(ConfirmConfig(window_every=4, window_size=8))
-        whatif = LiveWhatIf()
+        judge = Judge(StragglerConfig(enabled=True, kernel_stats=True, window_every=4, window_size=8))
         for step in range(1, 10):
-            report = build_report(_rows(step, rng, groups), step, StragglerConfig(enabled=True, kernel_stats=True), 0,
-                                  {"dropped_reports": 0, "store_written_rows": 0})
-            report = judge(report, verdict, whatif, _ops())
+            report = judge.report(_rows(step, rng, groups), _ops(), step, {"dropped_reports": 0, "store_written_rows": 0})
             published.update(report.metrics)
             published.update(report_rows(report, "j", 1.0, ["n"] * 8).column("metric_name").to_pylist())
     snapshots = {r: {"rank": r, "step": 4, "wall": 0.0, "stalled_s": 9.0, "groups": []} for r in range(2)}
