@@ -1,21 +1,22 @@
-"""StragglerConfig: the RFC flags (Relax RFC #334) plus the few knobs a deployment needs.
+"""StragglerConfig: the six established analysis flags plus the few knobs a deployment needs.
 
 `add_arguments(parser)` adds one ``--straggler-*`` flag per field and `from_args(args)`
 reads them back; both are derived from the fields (relax_straggler.dataclass_flags), so the
-argparse group mirrors this dataclass one to one. The RFC's six flags keep the RFC's names
-and defaults.
+argparse group mirrors this dataclass one to one. The six established flags keep their
+names and defaults; the thresholds' defaults and bounds are relax_straggler.thresholds'.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 from typing import Optional
 
+from relax_straggler import thresholds
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args, flag_field
+from relax_straggler.validators import is_finite, is_int, require_int, require_window_size
 
 _DEST_PREFIX = "straggler_"
 
@@ -26,12 +27,15 @@ class StragglerConfig:
 
     Each field is one ``--straggler-*`` flag; its help text below is the flag's help."""
 
-    # The RFC's six flags.
+    # The six established flags. A rank is slow in a stage if its time >= reference x
+    # relative_threshold or its time - reference >= absolute_ms_threshold.
     enabled: bool = flag_field(False, "Enable straggler analysis (off by default).", name="analysis",
                                dest="straggler_analysis", action="store_true")
     interval: int = flag_field(10, "Sample every N-th step.")
-    relative_threshold: float = flag_field(1.2, "A rank is slow in a stage if its time >= reference x this.")
-    absolute_ms_threshold: float = flag_field(5.0, "... or if its time - reference >= this many ms.")
+    relative_threshold: float = flag_field(thresholds.RELATIVE_THRESHOLD,
+                                           "A rank is slow in a stage if its time >= reference x this.")
+    absolute_ms_threshold: float = flag_field(thresholds.ABSOLUTE_MS_THRESHOLD,
+                                              "... or if its time - reference >= this many ms.")
     ref: str = flag_field("mean", "Reference over ranks: mean or median.")
     enable_module_stages: bool = flag_field(False, "Also time attention and MoE modules as their own stages.",
                                             action="store_true")
@@ -95,8 +99,10 @@ class StragglerConfig:
     window_size: int = flag_field(50, "Reports in the window.")
     window_vote_rule: str = flag_field(
         "at_least", "at_least (>= --straggler-window-min-votes algorithms agree) or most_votes.")
-    window_min_votes: int = flag_field(3, "Algorithms that must agree before a rank is reported.")  # of 6
-    window_min_slowdown: float = flag_field(0.03, "Relative slowdown below which a slow cluster is ignored.")
+    window_min_votes: int = flag_field(thresholds.WINDOW_MIN_VOTES,
+                                       "Algorithms that must agree before a rank is reported.")  # of 6
+    window_min_slowdown: float = flag_field(thresholds.WINDOW_MIN_SLOWDOWN,
+                                            "Relative slowdown below which a slow cluster is ignored.")
     attention_pattern: str = flag_field(
         r"(Attention|Attn)$", "Regex on module class names timed as the attention stage (with module stages).")
     moe_pattern: str = flag_field(r"(MoELayer|MoE|SparseMoeBlock|SparseMoE|Experts)$",
@@ -106,20 +112,17 @@ class StragglerConfig:
         def bad(flag: str, why: str, value: object) -> ValueError:
             return ValueError(f"--straggler-{flag} {why}, got {value!r}")
 
-        if not _is_int(self.interval) or self.interval < 1:
-            raise bad("interval", "must be an integer >= 1", self.interval)
-        if not _is_finite(self.relative_threshold) or self.relative_threshold < 1.0:
-            raise bad("relative-threshold", "must be a finite number >= 1", self.relative_threshold)
-        if not _is_finite(self.absolute_ms_threshold) or self.absolute_ms_threshold < 0:
-            raise bad("absolute-ms-threshold", "must be a finite number >= 0", self.absolute_ms_threshold)
+        require_int(self.interval, "--straggler-interval", 1)
+        for field in thresholds.FIELDS:
+            why = thresholds.violation(field, getattr(self, field))
+            if why is not None:
+                raise bad(field.replace("_", "-"), why, getattr(self, field))
         if self.ref not in ("mean", "median"):
             raise bad("ref", "must be 'mean' or 'median'", self.ref)
-        if not _is_int(self.warmup_steps) or self.warmup_steps < 0:
-            raise bad("warmup-steps", "must be an integer >= 0", self.warmup_steps)
-        if not _is_finite(self.noise_floor_ms) or self.noise_floor_ms < 0:
+        require_int(self.warmup_steps, "--straggler-warmup-steps", 0)
+        if not is_finite(self.noise_floor_ms) or self.noise_floor_ms < 0:
             raise bad("noise-floor-ms", "must be a finite number >= 0", self.noise_floor_ms)
-        if not _is_int(self.metrics_rank) or self.metrics_rank < 0:
-            raise bad("metrics-rank", "must be an integer >= 0", self.metrics_rank)
+        require_int(self.metrics_rank, "--straggler-metrics-rank", 0)
         if self.store_url is not None:
             from relax_straggler.stores.url import parse_writer_url
 
@@ -127,37 +130,30 @@ class StragglerConfig:
                 parse_writer_url(self.store_url)
             except ValueError as exc:
                 raise bad("store", f"is not a store URL ({exc})", self.store_url) from None
-        if not _is_int(self.side_node_size) or self.side_node_size < -1:
-            raise bad("side-node-size", "must be an integer >= -1", self.side_node_size)
-        if not _is_int(self.side_fanout) or self.side_fanout < 2:
-            raise bad("side-fanout", "must be an integer >= 2", self.side_fanout)
-        if not _is_int(self.queue_size) or self.queue_size < 1:
-            raise bad("queue-size", "must be an integer >= 1", self.queue_size)
-        if not _is_int(self.max_events) or self.max_events < 2:
-            raise bad("max-events", "must be an integer >= 2", self.max_events)
-        if self.max_ops is not None and (not _is_int(self.max_ops) or self.max_ops == 1 or self.max_ops < 0):
+        require_int(self.side_node_size, "--straggler-side-node-size", -1)
+        require_int(self.side_fanout, "--straggler-side-fanout", 2)
+        require_int(self.queue_size, "--straggler-queue-size", 1)
+        require_int(self.max_events, "--straggler-max-events", 2)
+        if self.max_ops is not None and (not is_int(self.max_ops) or self.max_ops == 1 or self.max_ops < 0):
             raise bad("max-ops", "must be 0 (none) or an integer >= 2", self.max_ops)
         if self.device_events not in ("auto", "cuda", "cpu"):
             raise bad("device-events", "must be 'auto', 'cuda' or 'cpu'", self.device_events)
         for flag, value in (("confirm-reports", self.confirm_reports), ("recover-reports", self.recover_reports),
                             ("control-every", self.control_every)):
-            if not _is_int(value) or value < 1:
-                raise bad(flag, "must be an integer >= 1", value)
+            require_int(value, f"--straggler-{flag}", 1)
         if self.control_file is not None and (not isinstance(self.control_file, str) or not self.control_file):
             raise bad("control-file", "must be a file path", self.control_file)
-        if not _is_finite(self.hang_seconds) or self.hang_seconds < 0:
+        if not is_finite(self.hang_seconds) or self.hang_seconds < 0:
             raise bad("hang-seconds", "must be a finite number >= 0", self.hang_seconds)
-        if not _is_finite(self.join_timeout_s) or self.join_timeout_s <= 0:
+        if not is_finite(self.join_timeout_s) or self.join_timeout_s <= 0:
             raise bad("join-timeout", "must be a finite number > 0", self.join_timeout_s)
-        if not _is_int(self.window_every) or self.window_every < 0:
-            raise bad("window-every", "must be an integer >= 0", self.window_every)
-        if not _is_int(self.window_size) or self.window_size < 2:
-            raise bad("window-size", "must be an integer >= 2", self.window_size)
+        require_int(self.window_every, "--straggler-window-every", 0)
+        require_window_size(self.window_size, "--straggler-window-size")
         if self.window_vote_rule not in ("at_least", "most_votes"):
             raise bad("window-vote-rule", "must be 'at_least' or 'most_votes'", self.window_vote_rule)
-        if not _is_int(self.window_min_votes) or not 1 <= self.window_min_votes <= 6:
+        if not is_int(self.window_min_votes) or not 1 <= self.window_min_votes <= 6:
             raise bad("window-min-votes", "must be an integer in [1, 6]", self.window_min_votes)
-        if not _is_finite(self.window_min_slowdown) or self.window_min_slowdown < 0:
+        if not is_finite(self.window_min_slowdown) or self.window_min_slowdown < 0:
             raise bad("window-min-slowdown", "must be a finite number >= 0", self.window_min_slowdown)
         for flag, pattern in (("attention-pattern", self.attention_pattern), ("moe-pattern", self.moe_pattern)):
             try:
@@ -171,14 +167,6 @@ class StragglerConfig:
 
     def replace(self, **changes: object) -> "StragglerConfig":
         return dataclasses.replace(self, **changes)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_finite(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:

@@ -1,11 +1,12 @@
 """The confirmed straggler verdict: one decision across sampled reports.
 
-The per-step rule (report.py, RFC #334) judges each sampled step alone; this module keeps
-evidence across reports and answers with states a person can act on. The arithmetic is
-the engine's (csrc/core/confirm); this module gives it plain Python data and, when
-configured, runs the window ensemble (relax_straggler.window) every ``window_every``
-reports as a second witness. The live analyzer, ``analyze``, the monitor and the
-detection-quality benchmark all call it::
+The per-step rule (report.py: slow in a stage if t >= ref x relative_threshold or
+t - ref >= absolute_ms_threshold, relax_straggler.thresholds) judges each sampled step
+alone; this module keeps evidence across reports and answers with states a person can act
+on. The arithmetic is the engine's (csrc/core/confirm); this module gives it plain Python
+data and, when configured, runs the window ensemble (relax_straggler.window) every
+``window_every`` reports as a second witness. The live analyzer, ``analyze``, the monitor
+and the detection-quality benchmark all call it::
 
     from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
     verdict = ConfirmedVerdict(ConfirmConfig(window_every=10))
@@ -62,6 +63,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from relax_straggler import thresholds
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
 from relax_straggler.detect import WindowConfig, WindowResult
@@ -70,6 +72,7 @@ from relax_straggler.metric_names import (VERDICT_CAUSE, VERDICT_CONFIDENCE, VER
 from relax_straggler.payload import GC_FIELDS, GcPauseRows, KernelMatrix
 from relax_straggler.stacks import StackSample
 from relax_straggler.stages import WORKLOAD_STAGES
+from relax_straggler.validators import require_int, require_window_size
 from relax_straggler.workload import normalize_workload
 from relax_straggler.window import WindowDetector
 
@@ -97,25 +100,26 @@ _ENGINE_FIELDS = ("relative_threshold", "absolute_ms_threshold", "min_impact", "
 def _default_window_config() -> WindowConfig:
     # At least 3 of the 6 clusterers (not only the most-voted ranks): every rank the
     # ensemble is sure of, since the tracker still asks the rank's mean ratio to agree.
-    return WindowConfig(vote_rule="at_least", min_algorithm_votes=3)
+    return WindowConfig(vote_rule="at_least", min_algorithm_votes=thresholds.WINDOW_MIN_VOTES)
 
 
 @dataclass(frozen=True)
 class ConfirmConfig:
     """Settings of the confirmed verdict (csrc/core/confirm/config.h explains each).
 
-    relative_threshold / absolute_ms_threshold: the RFC #334 rule as the minimum effect
-    size of one report (dimensionless, ms). noise_sigmas: learned-noise sigmas a ratio
-    must also clear. confirm_reports / recover_reports: reports in a row to confirm /
-    recover. sequential_budget: false alarms per report the sequential test may raise in a
+    relative_threshold / absolute_ms_threshold: the slow-rank rule (t >= ref x relative or
+    t - ref >= absolute ms, relax_straggler.thresholds) as the minimum effect size of one
+    report (dimensionless, ms). noise_sigmas: learned-noise sigmas a ratio must also clear.
+    confirm_reports / recover_reports: reports in a row to confirm / recover.
+    sequential_budget: false alarms per report the sequential test may raise in a
     healthy job, by design (0 = off; csrc/core/confirm/sequential.h).
     window_every: run the window ensemble every this many reports (0 = off);
     window_size: reports it looks at; window_skip: leading reports it ignores (warm-up);
     window_config: its settings. Raises ValueError naming the field.
     """
 
-    relative_threshold: float = 1.2
-    absolute_ms_threshold: float = 5.0
+    relative_threshold: float = thresholds.RELATIVE_THRESHOLD
+    absolute_ms_threshold: float = thresholds.ABSOLUTE_MS_THRESHOLD
     min_impact: float = 0.02
     noise_sigmas: float = 4.0
     confirm_reports: int = 3
@@ -134,11 +138,8 @@ class ConfirmConfig:
 
     def __post_init__(self) -> None:
         for name in ("window_every", "window_skip"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if isinstance(self.window_size, bool) or not isinstance(self.window_size, int) or self.window_size < 2:
-            raise ValueError(f"window_size must be an integer >= 2, got {self.window_size!r}")
+            require_int(getattr(self, name), name, 0)
+        require_window_size(self.window_size, "window_size")
         self.native()  # the engine validates the rest, naming the field
 
     def native(self) -> Any:
@@ -152,7 +153,7 @@ class ConfirmConfig:
     @staticmethod
     def from_config(config: StragglerConfig) -> "ConfirmConfig":
         """The confirmed verdict a StragglerConfig asks for (the live analyzer's, and the
-        benchmark's with StragglerConfig()): its RFC thresholds as the minimum effect size,
+        benchmark's with StragglerConfig()): its slow-rank thresholds as the minimum effect size,
         its confirm / recover counts and window ensemble settings."""
         return ConfirmConfig(
             relative_threshold=config.relative_threshold, absolute_ms_threshold=config.absolute_ms_threshold,

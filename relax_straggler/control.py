@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 from dataclasses import dataclass
 from typing import Any, Optional
+
+from relax_straggler import thresholds
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ MAX_INTERVAL = 2**31 - 1
 @dataclass(frozen=True)
 class ControlCommand:
     """A change to apply; None fields stay as they are. interval: steps (>= 1);
-    relative_threshold (>= 1), absolute_ms_threshold (ms, >= 0): the RFC rule."""
+    relative_threshold (>= 1), absolute_ms_threshold (ms, >= 0): the slow-rank rule
+    (relax_straggler.thresholds)."""
 
     enabled: Optional[bool] = None
     interval: Optional[int] = None
@@ -65,11 +67,11 @@ def parse_command(text: str, source: str) -> ControlCommand:
     if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int)
                                  or not 1 <= interval <= MAX_INTERVAL):
         raise ValueError(f"{source}: interval must be an integer in [1, {MAX_INTERVAL}], got {interval!r}")
-    for name, low in (("relative_threshold", 1.0), ("absolute_ms_threshold", 0.0)):
+    for name in thresholds.FIELDS:
         value = obj.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < low):
-            raise ValueError(f"{source}: {name} must be a finite number >= {low:g}, got {value!r}")
+        why = None if value is None else thresholds.violation(name, value)
+        if why is not None:
+            raise ValueError(f"{source}: {name} {why}, got {value!r}")
     command = ControlCommand(enabled, interval,
                              None if obj.get("relative_threshold") is None else float(obj["relative_threshold"]),
                              None if obj.get("absolute_ms_threshold") is None else float(obj["absolute_ms_threshold"]))

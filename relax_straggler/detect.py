@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from relax_straggler import thresholds
 from relax_straggler._ext import core
 from relax_straggler.metric_names import WINDOW_PREFIX
 
@@ -48,10 +49,10 @@ class WindowConfig:
     min_coverage: float = 0.5  # every rank must have run a kept stage in this fraction of the steps
     trim_fraction: float = 0.1  # per rank and stage, this fraction of the largest times is set aside (hiccups)
     max_slow_fraction: float = 0.5  # a slow cluster is a minority of the ranks
-    min_slowdown: float = 0.03  # and at least this much slower (relative) than the main body
+    min_slowdown: float = thresholds.WINDOW_MIN_SLOWDOWN  # and at least this much slower (relative) than the body
     link_min_z: float = 5.0  # a slow link must also stand this many robust sigmas above the body
     stage_vote_fraction: float = 0.5  # an algorithm calls a rank slow in >= this fraction of its stages
-    min_algorithm_votes: int = 3  # algorithms that must agree before anything is reported
+    min_algorithm_votes: int = thresholds.WINDOW_MIN_VOTES  # algorithms that must agree before a report
     vote_rule: str = "most_votes"  # "most_votes" (mt-detector's max-vote) or "at_least" (>= min_algorithm_votes)
     algorithms: tuple[str, ...] = ALGORITHMS
     stage_weights: Mapping[str, float] = field(default_factory=dict)  # stage -> weight >= 0, absent = 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch.autograd import Variable
@@ -37,20 +37,21 @@ def _in_backward() -> bool:
     return torch._C._current_graph_task_id() != -1
 
 
-def _output_tensors(out: Any) -> Iterable[torch.Tensor]:
-    """Tensors requiring grad inside a model output (tensor, tuple/list, dict, dataclass)."""
-    if isinstance(out, torch.Tensor):
-        if out.requires_grad:
-            yield out
-    elif isinstance(out, (list, tuple)):
-        for x in out:
-            yield from _output_tensors(x)
-    elif isinstance(out, dict):
-        for x in out.values():
-            yield from _output_tensors(x)
-    elif hasattr(out, "__dataclass_fields__"):
-        for name in out.__dataclass_fields__:
-            yield from _output_tensors(getattr(out, name))
+def grad_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """The tensors that require grad inside a module's inputs or outputs: obj itself, or
+    nested in tuples, lists, dict values and dataclass fields, in that order."""
+    if isinstance(obj, torch.Tensor):
+        if obj.requires_grad:
+            yield obj
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from grad_tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from grad_tensors(x)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for name in obj.__dataclass_fields__:
+            yield from grad_tensors(getattr(obj, name))
 
 
 def guarded(what: str) -> Callable:
@@ -124,7 +125,7 @@ class TrainingHooks:
             return
         self._timer.stop(FORWARD)
         if torch.is_grad_enabled():
-            for t in _output_tensors(output):
+            for t in grad_tensors(output):
                 t.register_hook(self._on_output_grad)
 
     # backward --------------------------------------------------------------------------

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import torch
 
 from relax_straggler.config import StragglerConfig
-from relax_straggler.hooks import _in_backward, guarded
+from relax_straggler.hooks import _in_backward, grad_tensors, guarded
 from relax_straggler.stages import MODULE_STAGES, stage_id
 
 log = logging.getLogger(__name__)
@@ -58,20 +58,6 @@ def compile_patterns(patterns: Mapping[str, str]) -> dict[str, re.Pattern]:
         except re.error as exc:
             raise ValueError(f"module stage {stage!r}: bad class-name pattern {pattern!r}: {exc}") from None
     return compiled
-
-
-def _grad_tensors(obj: Any) -> Iterator[torch.Tensor]:
-    """Tensors that require grad inside a module's inputs or outputs (nested tuples,
-    lists, dicts)."""
-    if isinstance(obj, torch.Tensor):
-        if obj.requires_grad:
-            yield obj
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from _grad_tensors(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _grad_tensors(x)
 
 
 class _Call:
@@ -148,7 +134,7 @@ class ModuleStageHooks:
                 return
             call = _Call()
             if torch.is_grad_enabled():
-                ins = list(_grad_tensors(inputs))
+                ins = list(grad_tensors(inputs))
                 if ins:
                     ins[0].register_hook(backward_ended(call))
                 else:
@@ -167,11 +153,11 @@ class ModuleStageHooks:
             if not _in_backward():
                 timer.stop(sid)
             if call.closed:
-                if torch.is_grad_enabled() and not _in_backward() and any(True for _ in _grad_tensors(output)):
+                if torch.is_grad_enabled() and not _in_backward() and any(True for _ in grad_tensors(output)):
                     self.untimed_backward += 1
                 return
             started = backward_started(call)
-            for t in _grad_tensors(output):
+            for t in grad_tensors(output):
                 t.register_hook(started)
 
         self.handles.append(module.register_forward_pre_hook(pre))

@@ -34,6 +34,7 @@ import numpy as np
 from relax_straggler.detect import WindowConfig, WindowResult
 from relax_straggler.detect import window as detect_window
 from relax_straggler.stages import MEASURED_STAGES, STAGE_IDS
+from relax_straggler.validators import require_int, require_window_size
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,9 @@ class WindowDetector:
     def __init__(self, window: int = 100, every: int = 10, skip_reports: int = 0,
                  config: Optional[WindowConfig] = None, rank_to_node: Optional[Sequence[int]] = None,
                  rank_to_group: Optional[Sequence[int]] = None) -> None:
-        if isinstance(window, bool) or not isinstance(window, int) or window < 2:
-            raise ValueError(f"window must be an integer >= 2, got {window!r}")
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an integer >= 1, got {every!r}")
-        if isinstance(skip_reports, bool) or not isinstance(skip_reports, int) or skip_reports < 0:
-            raise ValueError(f"skip_reports must be an integer >= 0, got {skip_reports!r}")
+        require_window_size(window, "window")
+        require_int(every, "every", 1)
+        require_int(skip_reports, "skip_reports", 0)
         self.window = window
         self.every = every
         self.skip_reports = skip_reports

@@ -147,7 +147,7 @@ void judge_stages(const StepMatrix& m, const VerdictConfig& cfg, StepVerdict& v)
   const double rel = cfg.relative_threshold, floor_ms = cfg.noise_floor_ms, abs_ms = cfg.absolute_ms_threshold;
   const double* __restrict refs = stage_refs.data();
   const char* __restrict comms = stage_comm.data();
-  // The rule for one cell, as the RFC states it (exact, so both passes agree).
+  // The slow-rank rule for one cell, exactly as thresholds.h states it (so both passes agree).
   const auto flagged = [&](double t, std::size_t s) {
     const double ref = refs[s];
     const bool comm = comms[s] != 0;
@@ -315,14 +315,7 @@ bool speaks_before(const StageVerdict& g, const StageVerdict& cur) {
 }  // namespace
 
 void VerdictConfig::validate() const {
-  if (!(std::isfinite(relative_threshold) && relative_threshold >= 1.0)) {
-    throw std::invalid_argument("relative_threshold must be a finite number >= 1, got " +
-                                std::to_string(relative_threshold));
-  }
-  if (!(std::isfinite(absolute_ms_threshold) && absolute_ms_threshold >= 0.0)) {
-    throw std::invalid_argument("absolute_ms_threshold must be a finite number >= 0, got " +
-                                std::to_string(absolute_ms_threshold));
-  }
+  validate_thresholds(relative_threshold, absolute_ms_threshold);
   if (!(std::isfinite(noise_floor_ms) && noise_floor_ms >= 0.0)) {
     throw std::invalid_argument("noise_floor_ms must be a finite number >= 0, got " + std::to_string(noise_floor_ms));
   }

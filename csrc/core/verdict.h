@@ -1,4 +1,4 @@
-// Per-step straggler verdict (Relax RFC #334, "Detection rule").
+// Per-step straggler verdict: the slow-rank rule (thresholds.h) applied to one sampled step.
 //
 // For each stage, ref = mean or median over the ranks that ran it (NaN-aware).
 // Compute stages: rank r is a straggler if
@@ -6,9 +6,9 @@
 // Communication stages (docs/ARCHITECTURE.md invariant 7): durations include waiting for peers, so the rank
 // that arrived last has the shortest duration. Rank r is a late arrival if
 //     ref - t_r >= noise_floor_ms  and  (t_r * relative_threshold <= ref  or  ref - t_r >= absolute_ms_threshold)
-// noise_floor_ms is our addition to the RFC rule: sub-millisecond stages (data
-// loading, tiny optimizers) otherwise trip the relative rule on jitter alone.
-// Setting it to 0 gives the RFC rule exactly.
+// noise_floor_ms is added to the slow-rank rule: sub-millisecond stages (data loading,
+// tiny optimizers) otherwise trip the relative rule on jitter alone. Setting it to 0 gives
+// the bare rule.
 //
 // Comparison groups (our addition): ranks that do different work by design (the
 // pipeline stages of a PP job: the first holds the embedding, the last the loss) are
@@ -22,14 +22,15 @@
 #include <vector>
 
 #include "core/step_matrix.h"
+#include "core/thresholds.h"
 
 namespace relax_straggler::core {
 
 enum class Reference : std::uint8_t { kMean = 0, kMedian = 1 };
 
 struct VerdictConfig {
-  double relative_threshold = 1.2;    // dimensionless, >= 1
-  double absolute_ms_threshold = 5.0;  // ms, >= 0
+  double relative_threshold = kDefaultRelativeThreshold;    // dimensionless, >= 1
+  double absolute_ms_threshold = kDefaultAbsoluteMsThreshold;  // ms, >= 0
   double noise_floor_ms = 1.0;         // ms, >= 0
   Reference reference = Reference::kMean;
 

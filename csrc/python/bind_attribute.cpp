@@ -13,6 +13,7 @@
 
 #include "bindings.h"
 #include "core/attribute/run_attributor.h"
+#include "core/thresholds.h"
 
 namespace py = pybind11;
 namespace at = relax_straggler::core::attribute;
@@ -78,7 +79,8 @@ void bind_attribute(py::module_& m) {
              c.validate();
              return c;
            }),
-           py::arg("relative_threshold") = 1.2, py::arg("absolute_ms_threshold") = 5.0, py::arg("min_impact") = 0.02,
+           py::arg("relative_threshold") = core::kDefaultRelativeThreshold,
+           py::arg("absolute_ms_threshold") = core::kDefaultAbsoluteMsThreshold, py::arg("min_impact") = 0.02,
            py::arg("p2p_ratio") = 1.3, py::arg("jump_ratio") = 2.0, py::arg("baseline_ratio") = 2.0,
            py::arg("slow_step_ratio") = 1.25, py::arg("slow_step_window") = 20, py::arg("persistence") = 0.5)
       .def_readonly("relative_threshold", &at::AttributionConfig::relative_threshold)

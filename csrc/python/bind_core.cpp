@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "core/collective_waits.h"
 #include "core/stats.h"
+#include "core/thresholds.h"
 #include "core/verdict.h"
 
 namespace py = pybind11;
@@ -81,13 +82,18 @@ void bind_core(py::module_& m) {
       .value("COMMUNICATION", core::StageKind::kCommunication);
   m.def("stage_kind_of", &core::stage_kind_of, py::arg("stage"));
 
+  // The slow-rank rule's defaults (core/thresholds.h), the Python configurations' too.
+  m.attr("DEFAULT_RELATIVE_THRESHOLD") = core::kDefaultRelativeThreshold;
+  m.attr("DEFAULT_ABSOLUTE_MS_THRESHOLD") = core::kDefaultAbsoluteMsThreshold;
+
   py::class_<core::VerdictConfig>(m, "VerdictConfig", "Thresholds of the per-step rule (see csrc/core/verdict.h).")
       .def(py::init([](double rel, double abs_ms, double floor_ms, core::Reference ref) {
              core::VerdictConfig c{rel, abs_ms, floor_ms, ref};
              c.validate();
              return c;
            }),
-           py::arg("relative_threshold") = 1.2, py::arg("absolute_ms_threshold") = 5.0,
+           py::arg("relative_threshold") = core::kDefaultRelativeThreshold,
+           py::arg("absolute_ms_threshold") = core::kDefaultAbsoluteMsThreshold,
            py::arg("noise_floor_ms") = 1.0, py::arg("reference") = core::Reference::kMean)
       .def_readonly("relative_threshold", &core::VerdictConfig::relative_threshold)
       .def_readonly("absolute_ms_threshold", &core::VerdictConfig::absolute_ms_threshold)

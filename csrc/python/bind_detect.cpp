@@ -97,6 +97,9 @@ rd::WindowResult detect(const Array& ms, std::vector<std::string> stages, const 
 void bind_detect(py::module_& parent) {
   py::module_ m = parent.def_submodule("detect", "Window detector: features, six clusterers, votes (csrc/core/detect)");
   const rd::WindowConfig d;
+  // The window ensemble's thresholds (slow_cluster.h, voting.h), the Python configurations' defaults.
+  m.attr("DEFAULT_MIN_SLOWDOWN") = d.slow.min_slowdown;
+  m.attr("DEFAULT_MIN_ALGORITHM_VOTES") = d.vote.min_votes;
 
   py::class_<rd::WindowConfig>(m, "WindowConfig", "Settings of the window detector (csrc/core/detect/ensemble.h).")
       .def(py::init(&make_config), py::arg("warmup_steps") = d.features.warmup_steps,

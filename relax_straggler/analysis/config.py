@@ -5,25 +5,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from relax_straggler import thresholds
 from relax_straggler.dataclass_flags import flag_field
 
 
 @dataclass(frozen=True)
 class AnalyzeConfig:
     """relative_threshold, absolute_ms_threshold: for the confirmed verdict a time is slow when
-    t >= ref x relative or t - ref >= absolute (ms), the RFC #334 rule; the per-step
-    attribution asks both. min_impact: an excess below this fraction of the step time is not
-    flagged by the attribution. p2p_ratio, jump_ratio, baseline_ratio, slow_step_ratio,
-    slow_step_window: pipeline send/recv rules (csrc/core/attribute/worker_grid.h).
+    t >= ref x relative or t - ref >= absolute (ms), the slow-rank rule (defaults:
+    relax_straggler.thresholds); the per-step attribution asks both. min_impact: an excess
+    below this fraction of the step time is not flagged by the attribution. p2p_ratio,
+    jump_ratio, baseline_ratio, slow_step_ratio, slow_step_window: pipeline send/recv rules
+    (csrc/core/attribute/worker_grid.h).
     persistence: fraction of steps a finding must hold in to be an anomaly (else transient).
     ensemble_steps: also run the six-clusterer window detector (relax_straggler.detect) on the
     last this many steps and add its votes to the output; 0 = off. Memory: ensemble_steps x
     ranks x 14 stages x 8 bytes."""
 
     relative_threshold: float = flag_field(
-        1.2, "the confirmed verdict: slow when t >= ref x this or t - ref >= --absolute-ms-threshold (the RFC rule); "
-             "the per-step attribution asks both, and --min-impact")
-    absolute_ms_threshold: float = flag_field(5.0, "the excess in ms of --relative-threshold's rules: t - ref >= this")
+        thresholds.RELATIVE_THRESHOLD,
+        "the confirmed verdict: slow when t >= ref x this or t - ref >= --absolute-ms-threshold (the RFC rule); "
+        "the per-step attribution asks both, and --min-impact")
+    absolute_ms_threshold: float = flag_field(
+        thresholds.ABSOLUTE_MS_THRESHOLD, "the excess in ms of --relative-threshold's rules: t - ref >= this")
     min_impact: float = flag_field(0.02, "per-step attribution: also t - ref >= this fraction of the step time")
     p2p_ratio: float = flag_field(1.3, "a p2p time >= its reference x this is abnormal")
     jump_ratio: float = flag_field(2.0, "a p2p time above this x the worker's previous value is a jump")

@@ -37,6 +37,7 @@ from typing import Any, Optional
 
 from relax_straggler.readers.base import InputError
 from relax_straggler.topology import MAX_WORLD_SIZE
+from relax_straggler.validators import is_int
 
 DEFAULT_PREFIX = "nccl_trace_rank_"
 STATES = ("scheduled", "started", "completed")
@@ -325,7 +326,7 @@ def _ranks(where: str, value: Any) -> Optional[tuple[int, ...]]:
         if not all(_DIGITS.match(p) for p in parts):
             raise InputError(f"{where}: 'ranks' must be a list of ranks, got {_show(value)}")
         ranks = [int(p) if len(p) < 10 else MAX_WORLD_SIZE for p in parts]
-    elif isinstance(value, (list, tuple)) and all(_is_int(r) and r >= 0 for r in value):
+    elif isinstance(value, (list, tuple)) and all(is_int(r) and r >= 0 for r in value):
         ranks = list(value)
     else:
         raise InputError(f"{where}: 'ranks' must be a list of ranks, got {_show(value)}")
@@ -342,7 +343,7 @@ def _pg_ids(path: str, status: Any) -> Optional[frozenset[int]]:
     ids = set()
     for key in status:
         # Types first: str() of an int of thousands of digits raises.
-        if not ((isinstance(key, str) and _PG_ID.match(key)) or (_is_int(key) and -INT64 <= key < INT64)):
+        if not ((isinstance(key, str) and _PG_ID.match(key)) or (is_int(key) and -INT64 <= key < INT64)):
             raise InputError(f"{path}: pg_status key {_show(key)} is not a process group id")
         ids.add(int(key))
     return frozenset(ids)
@@ -365,10 +366,6 @@ def _show(v: Any) -> str:
     return f"a {type(v).__name__}"
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _int(where: str, e: dict, *names: str, optional: bool = False) -> Optional[int]:
     """The first of `names` present in e, checked as an integer (None allowed when optional;
     the JSON form writes 0 for a time not seen, hence `or None` at the callers)."""
@@ -377,7 +374,7 @@ def _int(where: str, e: dict, *names: str, optional: bool = False) -> Optional[i
             v = e[name]
             if v is None and optional:
                 return None
-            if not _is_int(v) or not 0 <= v < INT64:
+            if not is_int(v) or not 0 <= v < INT64:
                 raise InputError(f"{where}: field {name!r} must be an integer in [0, 2^63), got {_show(v)}")
             return v
     if optional:

@@ -42,6 +42,7 @@ from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
 from relax_straggler.stores.clickhouse_rows import arrow_samples, arrow_tables, insert_table
 from relax_straggler.stores.row_rules import MAX_TIMESTAMP as _MAX_TIMESTAMP, check_table
 from relax_straggler.stores.url import parse_store_url, redact
+from relax_straggler.validators import is_int
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +67,9 @@ def check_sample(i: int, s: Sample) -> None:
     for field in ("subname", "node", "cluster"):
         if not isinstance(getattr(s, field), str):
             raise bad(field, "must be a string", getattr(s, field))
-    if not _is_int(s.rank) or not 0 <= s.rank < 2**31:
+    if not is_int(s.rank, numpy=True) or not 0 <= s.rank < 2**31:
         raise bad("rank", "must be an integer in [0, 2^31)", s.rank)
-    if not _is_int(s.iteration) or not 0 <= s.iteration < 2**63:
+    if not is_int(s.iteration, numpy=True) or not 0 <= s.iteration < 2**63:
         raise bad("iteration", "must be an integer >= 0", s.iteration)
     if not _is_number(s.timestamp) or not 0 <= s.timestamp <= _MAX_TIMESTAMP:
         raise bad("timestamp", "must be a finite time in s since the epoch, before 2106", s.timestamp)
@@ -77,10 +78,6 @@ def check_sample(i: int, s: Sample) -> None:
     for v in s.values:
         if not _is_number(v):
             raise bad("values", "must be finite numbers (ms)", s.values)
-
-
-def _is_int(x: object) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _is_number(x: object) -> bool:

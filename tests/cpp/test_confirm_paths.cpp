@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/confirm/reference.h"
-#include "core/confirm/tracker.h"
+#include "core/confirm/simd.h"
 #include "core/simd.h"
 
 namespace rs = relax_straggler::core;

@@ -1,4 +1,4 @@
-// The per-step verdict rule on hand-computed cases (RFC #334 rule, docs/ARCHITECTURE.md invariant 7).
+// The per-step verdict rule on hand-computed cases (core/thresholds.h, docs/ARCHITECTURE.md invariant 7).
 #include <gtest/gtest.h>
 
 #include <cmath>

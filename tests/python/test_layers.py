@@ -21,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "relax_straggler"
 LAYERS: tuple[frozenset[str], ...] = (
     # vocabulary and plain data: nothing of ours below them
     frozenset({"", "_ext", "stages", "megatron_timers", "topology", "workload", "serialization", "payload",
-               "dataclass_flags", "side_failure", "appending", "slowdown_image", "stacks", "metric_names"}),
+               "dataclass_flags", "side_failure", "appending", "slowdown_image", "stacks", "metric_names",
+               "validators", "thresholds"}),
     # configuration and the metrics stores
     frozenset({"config", "stores"}),
     # the engine's Python front: judging (live and windowed), the confirmed verdict, what-if, readers,

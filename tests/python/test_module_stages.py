@@ -2,8 +2,10 @@
 and backward, once per call whatever the activation recomputation, and a rank slowed
 in attention named in `attention` across real ranks."""
 
+import dataclasses
 import json
 import math
+from typing import Optional
 
 import pytest
 import torch
@@ -146,6 +148,30 @@ def test_nested_matches_are_timed_once():
     s = timer.end_step()
     assert hooks.matched == {"attention": 2}
     assert s.calls[ATTN] == 2  # one forward, one backward: the inner ones are nested
+    assert timer.open_at_step_end == 0 and timer.unmatched_stops == 0
+
+
+def test_a_module_returning_a_dataclass_has_its_backward_timed():
+    @dataclasses.dataclass
+    class AttentionOutput:
+        hidden: torch.Tensor
+        weights: Optional[torch.Tensor] = None
+
+    class DataclassAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return AttentionOutput(self.proj(x).relu())
+
+    net = nn.Sequential(nn.Linear(16, 16), DataclassAttention())
+    timer, hooks = timer_and_hooks(net)
+    timer.begin_step(0)
+    net(torch.randn(2, 16)).hidden.sum().backward()
+    s = timer.end_step()
+    assert s.calls[ATTN] == 2  # one forward, one backward
+    assert hooks.untimed_backward == 0
     assert timer.open_at_step_end == 0 and timer.unmatched_stops == 0
 
 

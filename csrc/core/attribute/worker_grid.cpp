@@ -39,10 +39,7 @@ P2pOp p2p_counterpart(P2pOp op) {
 
 void AttributionConfig::validate() const {
   const auto finite = [](double x) { return std::isfinite(x); };
-  require(finite(relative_threshold) && relative_threshold >= 1.0, "relative_threshold", "a finite number >= 1",
-          relative_threshold);
-  require(finite(absolute_ms_threshold) && absolute_ms_threshold >= 0.0, "absolute_ms_threshold",
-          "a finite number >= 0", absolute_ms_threshold);
+  validate_thresholds(relative_threshold, absolute_ms_threshold);
   require(finite(min_impact) && min_impact >= 0.0 && min_impact < 1.0, "min_impact", "in [0, 1)", min_impact);
   require(finite(p2p_ratio) && p2p_ratio >= 1.0, "p2p_ratio", "a finite number >= 1", p2p_ratio);
   require(finite(jump_ratio) && jump_ratio >= 1.0, "jump_ratio", "a finite number >= 1", jump_ratio);

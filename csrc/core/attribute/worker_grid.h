@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/thresholds.h"
+
 namespace relax_straggler::core::attribute {
 
 // Pipeline point-to-point operations, Megatron timer names forward-send, forward-recv,
@@ -54,10 +56,10 @@ struct WorkerStep {
 };
 
 struct AttributionConfig {
-  // Compute rule (same meaning as VerdictConfig): t >= ref * relative_threshold and
+  // Compute rule (thresholds.h, both parts asked): t >= ref * relative_threshold and
   // t - ref >= absolute_ms_threshold.
-  double relative_threshold = 1.2;
-  double absolute_ms_threshold = 5.0;
+  double relative_threshold = kDefaultRelativeThreshold;
+  double absolute_ms_threshold = kDefaultAbsoluteMsThreshold;
   // Impact rule: an excess below min_impact x step budget cannot explain a slow job and is
   // not flagged (a 2x slower 20 ms optimizer in a 40 s step). Dimensionless, in [0, 1).
   double min_impact = 0.02;

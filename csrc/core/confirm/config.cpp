@@ -13,10 +13,7 @@ void require(bool ok, const char* field, const std::string& rule, double got) {
 }  // namespace
 
 void ConfirmConfig::validate() const {
-  require(std::isfinite(relative_threshold) && relative_threshold >= 1.0, "relative_threshold", "a finite number >= 1",
-          relative_threshold);
-  require(std::isfinite(absolute_ms_threshold) && absolute_ms_threshold >= 0.0, "absolute_ms_threshold",
-          "a finite number >= 0", absolute_ms_threshold);
+  validate_thresholds(relative_threshold, absolute_ms_threshold);
   require(std::isfinite(noise_sigmas) && noise_sigmas > 0.0, "noise_sigmas", "a finite number > 0", noise_sigmas);
   require(confirm_reports >= 1, "confirm_reports", ">= 1", confirm_reports);
   require(recover_reports >= 1, "recover_reports", ">= 1", recover_reports);

@@ -1,21 +1,24 @@
 // Settings of the confirmed verdict (tracker.h).
 //
-// The RFC #334 thresholds stay the minimum effect size of one report's evidence; the
-// noise band is learned from the run itself (noise.h). Counts are sampled reports.
+// The slow-rank rule's thresholds (thresholds.h) stay the minimum effect size of one
+// report's evidence; the noise band is learned from the run itself (noise.h). Counts are
+// sampled reports.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/thresholds.h"
+
 namespace relax_straggler::core::confirm {
 
 struct ConfirmConfig {
-  // Minimum effect size (RFC #334): a rank's report counts as slow only if
+  // Minimum effect size, the slow-rank rule: a rank's report counts as slow only if
   // t >= ref x relative_threshold or t - ref >= absolute_ms_threshold (mirrored for the
   // late-arrival rule of communication stages).
-  double relative_threshold = 1.2;     // dimensionless, >= 1
-  double absolute_ms_threshold = 5.0;  // ms, >= 0
+  double relative_threshold = kDefaultRelativeThreshold;     // dimensionless, >= 1
+  double absolute_ms_threshold = kDefaultAbsoluteMsThreshold;  // ms, >= 0
   // ... and only if the excess (ms; the wait caused, for a late arrival) is at least this
   // fraction of the step budget (the largest over the groups of their compute-stage
   // references' sum plus their longest collective reference: a typical rank's step): 5 ms

@@ -4,8 +4,8 @@
 // (the pipeline stage; one group when none is given), every rank is compared with the
 // median of the other ranks of its group (reference.h), per token when workloads are
 // given. Evidence per (rank, stage) is kept across consecutive reports:
-//   slow evidence  ratio = t / ref beyond the minimum effect size (the RFC #334 rule:
-//                  ratio >= relative_threshold or t - ref >= absolute_ms_threshold) AND
+//   slow evidence  ratio = t / ref beyond the minimum effect size (the slow-rank rule,
+//                  thresholds.h: ratio >= relative_threshold or t - ref >= absolute_ms_threshold) AND
 //                  beyond noise_sigmas x the learned noise AND an excess of at least
 //                  min_impact x the step budget (the impact rule, config.h); communication stages use the
 //                  late-arrival rule (the rank that arrives last has the SHORTEST time,
@@ -33,7 +33,7 @@
 //   window vote    a rank named by the window ensemble (detect::detect_window) whose median
 //                  ratio over its last `history` tracked reports stands window_sigmas
 //                  standard errors beyond 1 is confirmed too, and stays so while that
-//                  median agrees: this is how slowdowns under the RFC effect size are
+//                  median agrees: this is how slowdowns under the minimum effect size are
 //                  confirmed (5 %), over a window, not one report. Unless the slowdown
 //                  ended: recover_reports ratios in a row window_sigmas sigmas short of
 //                  that median (a transient's median trails its end by half a history);
@@ -70,7 +70,6 @@
 #include "core/confirm/result.h"
 #include "core/confirm/sequential.h"
 #include "core/confirm/wait_chain.h"
-#include "core/simd.h"
 #include "core/step_matrix.h"
 
 namespace relax_straggler::core::confirm {
@@ -214,31 +213,5 @@ class ConfirmTracker {
   std::unordered_map<std::int32_t, double> costliest_;  // rank -> its largest typical excess of one stage, ms
   std::unordered_map<std::int32_t, std::int64_t> released_;  // rank -> reports_ at its last release
 };
-
-// ConfirmTracker::update's pass over the matrix, the only per-cell work of a report: the
-// rows r of ms (ranks x S ms, rank-major, NaN = not run) with a cell above hi_ms or below
-// lo_ms at group[r] x S (per (group, stage) bounds), ascending, into out (room for ranks
-// rows); returns how many. A NaN cell lies inside. Compiled once per instruction set
-// (core/simd.h: eight stages per vector with AVX-512, else four), the widest this CPU has
-// chosen at load time.
-std::size_t rows_outside(const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
-                         const double* hi_ms, const double* lo_ms, std::int32_t* out);
-
-// rows_outside on the path compiled for isa; every path gives the same rows. Throws
-// std::invalid_argument where isa_available(isa) is false.
-std::size_t rows_outside_on(Isa isa, const double* ms, std::size_t ranks, std::size_t S, const std::int32_t* group,
-                            const double* hi_ms, const double* lo_ms, std::int32_t* out);
-
-// The medians of the learned noise (ConfirmTracker::learn_noise): block holds 8
-// interleaved rings of mem floats (entry i of ring l at block[i * 8 + l], +inf where not
-// filled), 1 <= mem <= 64, and 0 <= due[l] <= mem; median[l] is the entry at index
-// due[l] / 2 of ring l's mem entries sorted ascending (meaningful where due[l] > 0, the
-// number of entries filled). Compiled once per instruction set (eight rings per vector
-// with AVX2, else four), the widest this CPU has chosen at load time.
-void ring_medians(const float* block, std::size_t mem, const std::int32_t* due, float* median);
-
-// ring_medians on the path compiled for isa; every path gives the same medians. Throws
-// std::invalid_argument where isa_available(isa) is false.
-void ring_medians_on(Isa isa, const float* block, std::size_t mem, const std::int32_t* due, float* median);
 
 }  // namespace relax_straggler::core::confirm
