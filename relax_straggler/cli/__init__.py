@@ -10,7 +10,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "replay", "ingest", "whatif", "drain-plan")
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "flight-recorder", "patch", "monitor", "replay", "ingest", "whatif",
+                             "drain-plan")
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
