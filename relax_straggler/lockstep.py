@@ -103,7 +103,32 @@ def decode(row: np.ndarray) -> Decision:
 _ROW = len(encode(0, Decision()))
 
 
-class LockstepChannel:
+class _Lockstep:
+    """What both kinds of lockstep share: a decision every `every` steps (>= 1, else
+    ValueError), read `depth` decisions after its launch, made from the operator's control
+    file (the metrics rank's ControlFile; None elsewhere or without one)."""
+
+    def __init__(self, control_file: Optional[ControlFile], every: int) -> None:
+        if every < 1:
+            raise ValueError(f"--straggler-control-every must be >= 1, got {every}")
+        self._file, self.every = control_file, every
+        self.depth = depth_for(every)
+
+    @property
+    def refused(self) -> int:
+        """Malformed commands refused (metrics rank; 0 elsewhere)."""
+        return self._file.refused if self._file is not None else 0
+
+    def _launched(self, decide: Callable[[], tuple[bool, Optional[SideFailure]]],
+                  stack_rank: Optional[Callable[[], int]]) -> Decision:
+        """The metrics rank's decision as it launches it: the command read from the control
+        file now, (hold, stop) from decide(), the rank stack_rank() names (-1 without it)."""
+        hold, stop = decide()
+        return Decision(self._file.poll() if self._file is not None else None, hold, stop,
+                        stack_rank() if stack_rank is not None else -1)
+
+
+class LockstepChannel(_Lockstep):
     """Carries the metrics rank's decisions to every rank of the side group.
 
     group / source: the side Gloo group and the global rank of the metrics rank; rank:
@@ -117,20 +142,13 @@ class LockstepChannel:
     """
 
     def __init__(self, group: Any, source: int, rank: int, control_file: Optional[ControlFile], every: int) -> None:
-        if every < 1:
-            raise ValueError(f"--straggler-control-every must be >= 1, got {every}")
-        self._group, self._source, self._rank, self._file, self.every = group, source, rank, control_file, every
+        super().__init__(control_file, every)
+        self._group, self._source, self._rank = group, source, rank
         self.is_source = rank == source
-        self.depth = depth_for(every)
         self._sequence = 0
         # (step, work, buffer, the decision sent: the metrics rank's own copy) of each decision not yet due.
         self._due: collections.deque[tuple[int, Any, torch.Tensor, Optional[Decision]]] = collections.deque()
         self._sent: list[Any] = []  # the metrics rank's broadcasts already applied, kept until they finish
-
-    @property
-    def refused(self) -> int:
-        """Malformed commands refused (metrics rank; 0 elsewhere)."""
-        return self._file.refused if self._file is not None else 0
 
     def at_step(self, step: int, decide: Callable[[], tuple[bool, Optional[SideFailure]]],
                 grace_s: float, stack_rank: Optional[Callable[[], int]] = None) -> Optional[Decision]:
@@ -158,9 +176,7 @@ class LockstepChannel:
         self._sequence += 1
         own = None
         if self.is_source:
-            hold, stop = decide()
-            own = Decision(self._file.poll() if self._file is not None else None, hold, stop,
-                           stack_rank() if stack_rank is not None else -1)
+            own = self._launched(decide, stack_rank)
             buffer = torch.from_numpy(encode(self._sequence, own))
         else:
             buffer = torch.full((_ROW,), math.nan, dtype=torch.float64)
@@ -184,29 +200,20 @@ class LockstepChannel:
         return True
 
 
-class LocalLockstep:
+class LocalLockstep(_Lockstep):
     """LockstepChannel for a single process (torch.distributed not initialized): the same
     cadence and lag, decide() taken at launch and applied depth decisions later."""
 
     def __init__(self, control_file: Optional[ControlFile], every: int) -> None:
-        if every < 1:
-            raise ValueError(f"--straggler-control-every must be >= 1, got {every}")
-        self._file, self.every = control_file, every
-        self.depth = depth_for(every)
+        super().__init__(control_file, every)
         self._due: collections.deque[Decision] = collections.deque()
-
-    @property
-    def refused(self) -> int:
-        return self._file.refused if self._file is not None else 0
 
     def at_step(self, step: int, decide: Callable[[], tuple[bool, Optional[SideFailure]]],
                 grace_s: float, stack_rank: Optional[Callable[[], int]] = None) -> Optional[Decision]:
         if step % self.every:
             return None
         applied = self._due.popleft() if len(self._due) >= self.depth else None
-        hold, stop = decide()
-        self._due.append(Decision(self._file.poll() if self._file is not None else None, hold, stop,
-                                  stack_rank() if stack_rank is not None else -1))
+        self._due.append(self._launched(decide, stack_rank))
         return applied
 
     def close(self, timeout_s: float = 5.0) -> bool:

@@ -10,7 +10,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-COMMANDS: tuple[str, ...] = ("parity", "analyze", "patch", "monitor", "feed", "ingest", "whatif", "drain-plan")
+COMMANDS: tuple[str, ...] = ("parity", "analyze", "flight-recorder", "patch", "monitor", "feed", "ingest", "whatif",
+                             "drain-plan")
 # A command's old name -> its name; its parser accepts the old name too (add_parser aliases).
 ALIASES: dict[str, str] = {"replay": "feed"}
 

@@ -1,5 +1,6 @@
-"""`relax-straggler analyze FILE`: offline straggler analysis of a recorded run, or the hang
-answer from PyTorch Flight Recorder dumps (cli/flight_recorder.py).
+"""`relax-straggler analyze FILE`: offline straggler analysis of a recorded run. PyTorch
+Flight Recorder dumps get the hang answer of their own command (cli/flight_recorder.py),
+with a note that names it.
 
 Exit status: 0 the analysis ran (whatever it found); 1 the input cannot be analyzed (the
 message names the file and line or row; a store URL's job that does not exist), or --strict
@@ -9,10 +10,12 @@ met a problem; 2 bad arguments (an HTTP address or a malformed store URL include
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import shlex
 import sys
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.cli.common import add_output_arguments, add_progress_argument, error
+from relax_straggler.cli.common import add_output_arguments, add_progress_argument, error, note
 from relax_straggler.cli.inputs import (FLIGHT_RECORDER, FORMATS, add_input_arguments, input_path_error,
                                        read_reporting_errors, topology_from_args)
 from relax_straggler.dataclass_flags import add_field_flags, config_from_args
@@ -48,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     if args.input_format == FLIGHT_RECORDER or (args.input_format is None and is_flight_recorder_input(args.path)):
-        from relax_straggler.cli.flight_recorder import run_flight_recorder
-
-        return run_flight_recorder(args)
+        return _flight_recorder(args)
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
@@ -103,3 +104,27 @@ def run(args: argparse.Namespace) -> int:
         render(summary, Console())
     # Nothing can be concluded from this input: say so with the exit code too.
     return 1 if summary["verdict"].get("reason") in ("rejected_input", "too_few_steps") else 0
+
+
+def _flight_recorder(args: argparse.Namespace) -> int:
+    """`relax-straggler flight-recorder` on args.path, after a note that names that command,
+    with notes for the options given that do not apply to dumps."""
+    from relax_straggler.cli.flight_recorder import report
+
+    note("note: Flight Recorder dumps have their own command: relax-straggler flight-recorder "
+         f"{shlex.quote(args.path)}")
+    notes = ["no heatmap: Flight Recorder dumps hold no per-stage times"] if args.heatmap else []
+    ignored = options_not_applying(args)
+    if ignored:
+        notes.append(f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to Flight Recorder "
+                     f"dumps (ignored; a malformed dump always ends the analysis)")
+    return report(args, notes)
+
+
+def options_not_applying(args: argparse.Namespace) -> list[str]:
+    """The options given in `args` that a straggler analysis reads and the hang answer does
+    not: --strict, --meta, --ranks-per-node and any threshold off its default."""
+    given = [flag for flag, on in (("--strict", args.strict), ("--meta", args.meta is not None),
+                                   ("--ranks-per-node", args.ranks_per_node is not None)) if on]
+    return given + ["--" + f.name.replace("_", "-") for f in dataclasses.fields(AnalyzeConfig)
+                    if getattr(args, f.name, f.default) != f.default]

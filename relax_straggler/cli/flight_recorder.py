@@ -1,25 +1,44 @@
-"""`relax-straggler analyze` on PyTorch Flight Recorder dumps: the hang answer (which rank
-holds which collective) and the slow-collective evidence, printed or as JSON
-(docs/ANALYZE.md, "Flight Recorder dumps"). Same exit status as the other inputs."""
+"""`relax-straggler flight-recorder PATH`: the hang answer (which rank holds which
+collective) and the slow-collective evidence from PyTorch Flight Recorder dumps, printed or
+as JSON (docs/ANALYZE.md, "Flight Recorder dumps"). `relax-straggler analyze` on dumps runs
+the same (cli/analyze.py).
+
+Exit status: 0 the dumps were read (whatever they show); 1 they cannot be (the message
+names the file and field) or a file cannot be written; 2 bad arguments.
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
-from relax_straggler.cli.common import error
-from relax_straggler.cli.inputs import read_reporting_errors, topology_from_args
+from relax_straggler.cli.common import add_output_arguments, error
+from relax_straggler.cli.inputs import add_layout_arguments, read_reporting_errors, topology_from_args
 from relax_straggler.metric_names import HANG_ANSWER, HANG_KIND
 
 
-def run_flight_recorder(args: argparse.Namespace) -> int:
-    """Reads the dumps at args.path, prints the answer (args.format text or json) and
-    writes the JSON summary to args.json_path when given. 0: the dumps were read (whatever
-    they show); 1: they cannot be (the message names the file and field) or a file cannot
-    be written; 2: bad options."""
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "flight-recorder", help="Name the rank that holds a hung job, from PyTorch Flight Recorder dumps.",
+        description="Name the rank and collective that hold a hung job, and the slowest collectives, from PyTorch "
+                    "Flight Recorder dumps (one per rank). See docs/ANALYZE.md, \"Flight Recorder dumps\".")
+    p.add_argument("path", help="a directory or glob of Flight Recorder dumps (nccl_trace_rank_<rank>), or one dump")
+    add_layout_arguments(p.add_argument_group("input"))
+    add_output_arguments(p, text="terminal report", json_what="the JSON summary")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return report(args, ())
+
+
+def report(args: argparse.Namespace, notes: Sequence[str]) -> int:
+    """Reads the dumps at args.path (the job's ranks from --dp/--pp/--tp/--dsp when given),
+    writes the JSON summary to args.json_path when given, prints `notes` on stderr (each
+    prefixed "note: ") and the answer on stdout (args.format text or json). The exit status
+    of the module docstring."""
     from rich.console import Console
 
     from relax_straggler.hang.flight_recorder import read_flight_recorder
@@ -40,28 +59,13 @@ def run_flight_recorder(args: argparse.Namespace) -> int:
                 f.write(text + "\n")
         except OSError as exc:
             return error(f"cannot write {exc.filename}: {exc.strerror}")
-    if args.heatmap:
-        err.print("note: no heatmap: Flight Recorder dumps hold no per-stage times", highlight=False, soft_wrap=True)
-    ignored = options_not_applying(args)
-    if ignored:
-        err.print(f"note: {', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not apply to Flight Recorder "
-                  f"dumps (ignored; a malformed dump always ends the analysis)", highlight=False, soft_wrap=True)
+    for line in notes:
+        err.print(f"note: {line}", highlight=False, soft_wrap=True)
     if args.format == "json":
         sys.stdout.write(text + "\n")
     else:
         render(summary, Console())
     return 0
-
-
-def options_not_applying(args: argparse.Namespace) -> list[str]:
-    """The options given in `args` that a straggler analysis reads and the hang answer does
-    not: --strict, --meta, --ranks-per-node and any threshold off its default."""
-    from relax_straggler.analysis.config import AnalyzeConfig
-
-    given = [flag for flag, on in (("--strict", args.strict), ("--meta", args.meta is not None),
-                                   ("--ranks-per-node", args.ranks_per_node is not None)) if on]
-    return given + ["--" + f.name.replace("_", "-") for f in dataclasses.fields(AnalyzeConfig)
-                    if getattr(args, f.name, f.default) != f.default]
 
 
 def _count(n: int, what: str) -> str:

@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 FORMATS = ("straggler-jsonl", "megatron-log", "chrome-trace", "parquet-trace")
 # PyTorch Flight Recorder dumps (a directory, glob or file of per-rank pickles): answers
-# a hang, not a straggler analysis, so only `analyze` takes them (cli/flight_recorder.py).
+# a hang, not a straggler analysis: their own command, cli/flight_recorder.py, and `analyze`.
 FLIGHT_RECORDER = "flight-recorder"
 
 
@@ -26,12 +26,19 @@ def add_input_arguments(parser: argparse.ArgumentParser, formats: tuple[str, ...
     io.add_argument("--meta", default=None,
                     help="job metadata YAML (dp_size, pp_size, tp_size, dsp_size, vpp_size) for a trace; "
                          "default: meta-NAME.yaml beside trace-NAME / timeline-NAME")
-    io.add_argument("--dp", type=int, default=None, help="data-parallel size (with --pp, --tp and --dsp)")
-    io.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
-    io.add_argument("--tp", type=int, default=None, help="tensor-parallel size")
-    io.add_argument("--dsp", type=int, default=None,
-                    help="context / sequence-data parallel size (Megatron's context_parallel_size, a trace's dsp_size)")
+    add_layout_arguments(io)
     io.add_argument("--ranks-per-node", type=int, default=None, help="ranks per node, to name nodes")
+
+
+def add_layout_arguments(group: Any) -> None:
+    """--dp/--pp/--tp/--dsp, the job's layout (topology_from_args), to `group` (a parser or
+    an argument group)."""
+    group.add_argument("--dp", type=int, default=None, help="data-parallel size (with --pp, --tp and --dsp)")
+    group.add_argument("--pp", type=int, default=None, help="pipeline-parallel size")
+    group.add_argument("--tp", type=int, default=None, help="tensor-parallel size")
+    group.add_argument("--dsp", type=int, default=None,
+                       help="context / sequence-data parallel size (Megatron's context_parallel_size, a trace's "
+                            "dsp_size)")
 
 
 def read_reporting_errors(err: Any, path: str, read: Callable[[], T]) -> tuple[Optional[int], Optional[T]]:

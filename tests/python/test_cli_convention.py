@@ -18,7 +18,8 @@ from relax_straggler.cli import ALIASES, COMMANDS, build_parser, main
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 TRACE = REPO / "tests" / "data" / "whatif-traces" / "trace-ST.parquet"
-PRINTS_A_RESULT = ("analyze", "whatif", "ingest", "feed", "parity", "patch")  # monitor serves over HTTP
+# monitor serves over HTTP
+PRINTS_A_RESULT = ("analyze", "flight-recorder", "whatif", "ingest", "feed", "parity", "patch")
 RUNS_FOR_SECONDS = ("analyze", "whatif", "ingest", "feed")
 
 

@@ -1,5 +1,5 @@
 """The hang answer from PyTorch Flight Recorder dumps (relax_straggler.hang.flight_recorder)
-and `relax-straggler analyze` on them.
+and the `relax-straggler flight-recorder` command on them (and `analyze`, which runs it).
 
 Two kinds of input. Real dumps: torch 2.13 records Gloo collectives in its Flight Recorder
 on CPU, so a 3-rank Gloo job (tests/python/workers/fr_dump.py) stops with one rank skipping
@@ -83,9 +83,9 @@ def test_real_dumps_with_a_rank_missing(real, tmp_path):
     assert {(f.kind, f.rank) for f in fr.answer.findings} == {(LAGGING, 1), (MISSING, 2)}
 
 
-def test_analyze_prints_and_writes_the_answer(real, tmp_path, capsys):
+def test_the_command_prints_and_writes_the_answer(real, tmp_path, capsys):
     out = tmp_path / "summary.json"
-    assert main(["analyze", str(real / "skip"), "--json", str(out)]) == 0
+    assert main(["flight-recorder", str(real / "skip"), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "HANG (lagging): rank 1 never entered all_reduce #4 of group default_pg" in text
     summary = json.loads(out.read_text())
@@ -94,8 +94,21 @@ def test_analyze_prints_and_writes_the_answer(real, tmp_path, capsys):
             hang["straggler/hang/op"], hang["straggler/hang/waiting_ranks"], hang["straggler/hang/step"]) == \
         ("lagging", 1, 4, "all_reduce", 2, -1)
     assert summary["input"]["format"] == "flight-recorder" and summary["input"]["ranks"] == "0-2"
-    assert main(["analyze", str(real / "desync" / "nccl_trace_rank_*"), "--format", "json"]) == 0
+    assert main(["flight-recorder", str(real / "desync" / "nccl_trace_rank_*"), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["hang"]["straggler/hang/kind"] == "desync"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_analyze_on_dumps_prints_the_same_and_names_the_command(real, tmp_path, capsys, fmt):
+    path = str(real / "desync" / "nccl_trace_rank_*")
+    assert main(["flight-recorder", path, "--format", fmt, "--json", str(tmp_path / "a.json")]) == 0
+    own = capsys.readouterr()
+    assert main(["analyze", path, "--format", fmt, "--json", str(tmp_path / "b.json")]) == 0
+    analyzed = capsys.readouterr()
+    assert analyzed.out == own.out and own.err == ""
+    assert (tmp_path / "a.json").read_text() == (tmp_path / "b.json").read_text()
+    assert analyzed.err == ("relax-straggler: note: Flight Recorder dumps have their own command: relax-straggler "
+                            f"flight-recorder '{path}'\n")
 
 
 # Built dumps ---------------------------------------------------------------------------
@@ -216,7 +229,7 @@ def test_a_rank_without_a_dump_is_missing(tmp_path):
 def test_the_world_size_names_a_missing_last_rank(tmp_path, capsys):
     d = write_job(tmp_path, lagging_job(lambda r, es: es + [op(5, t_s=100.0)] * (r == 1)), skip=(3,))
     assert read_flight_recorder(str(d)).answer.kind == NONE  # ranks 0-2 agree; rank 3 unknown
-    assert main(["analyze", str(d), "--dp", "4", "--format", "json"]) == 0
+    assert main(["flight-recorder", str(d), "--dp", "4", "--format", "json"]) == 0
     hang = json.loads(capsys.readouterr().out)["hang"]
     assert (hang["straggler/hang/kind"], hang["straggler/hang/rank"], hang["straggler/hang/no_snapshot_ranks"]) == \
         ("missing", 3, "3")
@@ -292,7 +305,7 @@ def test_durations_give_the_slow_collective_table_apart_from_the_answer(tmp_path
     assert (top["seq"], top["last_entered"], top["shortest_rank"], top["longest_rank"]) == (3, 3, 3, 2)
     assert top["spread_ms"] == pytest.approx(10.0) and top["entered_late_ms"] == pytest.approx(5.0)
     assert slow["ranks"][0] == {"rank": 3, "entered_last": 3, "shortest": 3}
-    assert main(["analyze", str(d)]) == 0
+    assert main(["flight-recorder", str(d)]) == 0
     out = capsys.readouterr().out
     assert "slow collectives" in out and "rank 3 (3 last, 3 shortest)" in out
 
@@ -308,7 +321,7 @@ def test_a_truncated_dump_names_its_file(tmp_path, capsys):
     (d / "nccl_trace_rank_2").write_bytes(data[: len(data) // 2])
     with pytest.raises(InputError, match=r"nccl_trace_rank_2: not a readable Flight Recorder dump: .*truncated"):
         read_flight_recorder(str(d))
-    assert main(["analyze", str(d)]) == 1
+    assert main(["flight-recorder", str(d)]) == 1
     err = capsys.readouterr().err
     assert "nccl_trace_rank_2" in err and "Traceback" not in err
 
@@ -486,15 +499,15 @@ def _tuple_dag(levels):
     return ops + b"j" + levels.to_bytes(4, "little")
 
 
-def _analyze_dumps_with_rank_1(tmp_path, raw=None, d1=None):
-    """`relax-straggler analyze` (a subprocess, so a hang is a timeout) on ranks 0-2, rank 1's
+def _read_dumps_with_rank_1(tmp_path, raw=None, d1=None):
+    """`relax-straggler flight-recorder` (a subprocess, so a hang is a timeout) on ranks 0-2, rank 1's
     file `raw` bytes or the dump `d1`."""
     d = tmp_path / "dumps"
     for r in range(3):
         write(d, r, d1 if r == 1 and d1 is not None else dump([op(1), op(2, state="started")]),
               raw=raw if r == 1 else None)
     code = "import sys; from relax_straggler.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, "analyze", str(d)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", code, "flight-recorder", str(d)], capture_output=True, text=True,
                           timeout=120, cwd=REPO)
 
 
@@ -509,14 +522,14 @@ def test_a_pickle_whose_objects_multiply_is_refused(tmp_path, where, levels, mes
         raw = _with_field("comm_lib_version", _tuple_dag(levels))
     else:
         raw = _with_field("pg_status", b"}" + _tuple_dag(levels) + b"Ns")
-    proc = _analyze_dumps_with_rank_1(tmp_path, raw=raw)
+    proc = _read_dumps_with_rank_1(tmp_path, raw=raw)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "nccl_trace_rank_1: " + message in proc.stderr
 
 
 def test_a_deeply_nested_value_is_an_error_naming_the_field(tmp_path):
     n = 200_000
-    proc = _analyze_dumps_with_rank_1(tmp_path, raw=_with_field("comm_lib_version", b"]" * n + b"a" * (n - 1)))
+    proc = _read_dumps_with_rank_1(tmp_path, raw=_with_field("comm_lib_version", b"]" * n + b"a" * (n - 1)))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "nccl_trace_rank_1: field 'comm_lib_version'" in proc.stderr and "nested" in proc.stderr
 
@@ -530,7 +543,7 @@ def test_a_huge_integer_is_named_with_its_file_and_field(tmp_path, where):
         d1["pg_status"][10**5000] = {}
     else:
         d1["entries"][0]["collective_seq_id"] = 10**5000
-    proc = _analyze_dumps_with_rank_1(tmp_path, d1=d1)
+    proc = _read_dumps_with_rank_1(tmp_path, d1=d1)
     assert proc.returncode == 1 and "nccl_trace_rank_1" in proc.stderr, (proc.returncode, proc.stderr[-2000:])
     assert {"comm_lib_version": "'comm_lib_version'", "pg_status key": "pg_status key",
             "entry field": "'collective_seq_id'"}[where] in proc.stderr
@@ -595,7 +608,7 @@ def test_a_rank_outside_its_groups_pg_config_is_refused(tmp_path, capsys):
     with pytest.raises(InputError, match=r"nccl_trace_rank_2: rank 2 recorded ops in group '0' \(default_pg\), "
                                          r"whose pg_config in .*nccl_trace_rank_1 holds ranks 0-1"):
         read_flight_recorder(str(d))
-    assert main(["analyze", str(d)]) == 1
+    assert main(["flight-recorder", str(d)]) == 1
     assert "HANG" not in capsys.readouterr().out
 
 
@@ -629,3 +642,4 @@ def test_the_report_speaks_of_one_dump_and_notes_options_that_do_not_apply(tmp_p
     captured = capsys.readouterr()
     assert "(1 Flight Recorder dump of rank 0," in captured.out
     assert "note: --strict, --ensemble-steps do not apply to Flight Recorder dumps" in captured.err
+    assert "their own command: relax-straggler flight-recorder" in captured.err

@@ -1,5 +1,6 @@
-"""The monitor service (relax_straggler/monitor/service.py) in process: polls driven by the
-test (poll_once), a real file store, the analysis pool, the state file, store outages."""
+"""The monitor service (relax_straggler/monitor/service.py and the parts it composes) in
+process: polls driven by the test (poll_once), a real file store, the analysis pool, the
+state file, store outages."""
 
 from __future__ import annotations
 
@@ -212,7 +213,7 @@ def test_a_malformed_end_row_is_named_once_and_the_job_stays_unfinished(make_mon
         store.write([Sample(time.time(), "odd-end", "straggler/end", 0, 9, (9.0, 10.0), subname="crashed")])
     finally:
         store.close()
-    with caplog.at_level("WARNING", logger="relax_straggler.monitor.service"):
+    with caplog.at_level("WARNING", logger="relax_straggler.monitor.poll"):
         for _ in range(3):
             m.poll_once()
     named = [r.getMessage() for r in caplog.records if "straggler/end row" in r.getMessage()]
