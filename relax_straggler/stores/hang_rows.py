@@ -25,17 +25,11 @@ from relax_straggler.megatron_timers import HANG_METRIC
 from relax_straggler.stores.base import Sample, samples_to_table
 
 PREFIX = HANG_METRIC + "/"
-DETECTED = PREFIX + "detected"
 HANG_VALUES = ("rank", "seq", "waiting_ranks", "waited_s", "stalled_s")
 FIELDS = ("kind", "rank", "group", "group_ranks", "op", "seq", "waiting_ranks", "waited_s", "last_completed",
           "no_snapshot_ranks", "stalled_s", "step", "answer")
 _INTEGERS = ("rank", "seq", "waiting_ranks", "step")
 _NUMBERS = ("waited_s", "stalled_s")
-
-
-def is_hang_answer(metrics: Mapping[str, Any]) -> bool:
-    """Whether a report's metrics are a hang answer (relax_straggler.hang.publish)."""
-    return metrics.get(DETECTED) == 1
 
 
 def hang_table(metrics: Mapping[str, Any], job: str, timestamp: float, node: str, cluster: str = "") -> pa.Table:
