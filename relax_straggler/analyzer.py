@@ -16,6 +16,7 @@ a peer's failure never raises into training or out of uninstall (docs/DESIGN.md,
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import logging
@@ -23,7 +24,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, ContextManager, Optional, Sequence, Union
+from typing import Any, Callable, ContextManager, Optional, Protocol, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -41,7 +42,7 @@ from relax_straggler.hooks import TrainingHooks
 from relax_straggler.join import JoinTimeout, meet
 from relax_straggler.kernel_evidence import KernelSource, open_source
 from relax_straggler.module_stages import ModuleStageHooks
-from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
+from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, build_report, judge
 from relax_straggler.reporters import ReportPipeline, RunSummary, Sink, build_sinks
@@ -82,12 +83,64 @@ def _check_stage(name: str) -> None:
     check_section(name)  # raises the ValueError listing the stages
 
 
-class NullAnalyzer:
+class AnalyzerAPI(Protocol):
+    """What install() returns, the analysis on (Analyzer) or off (NullAnalyzer): a training
+    loop written against it runs unchanged either way."""
+
+    enabled: bool
+
+    @abc.abstractmethod
+    def section(self, name: str) -> ContextManager[Any]:
+        """A context timing stage `name` (ValueError for an unknown stage)."""
+
+    @abc.abstractmethod
+    def set_workload(self, tokens: Any) -> None:
+        """This rank's work in the current step (ValueError unless finite and > 0)."""
+
+    @abc.abstractmethod
+    def step(self) -> None:
+        """Ends the current step."""
+
+    @abc.abstractmethod
+    def summary(self) -> Optional[RunSummary]:
+        """The run summary (metrics rank only), else None."""
+
+    @property
+    @abc.abstractmethod
+    def stopped_by(self) -> Optional[SideFailure]:
+        """Why the analysis ended on this rank, None while it runs."""
+
+    @abc.abstractmethod
+    def inside(self) -> Optional[dict[str, Any]]:
+        """What the training thread does inside the analyzer now, or None."""
+
+    @property
+    @abc.abstractmethod
+    def ops(self) -> OpRecorderAPI:
+        """The per-op recorder of sampled steps."""
+
+    @property
+    @abc.abstractmethod
+    def timer(self) -> Any:
+        """The relax_straggler._C.StageTimer, or None when nothing is timed."""
+
+    @abc.abstractmethod
+    def counters(self) -> dict[str, int]:
+        """Every loss so far, as published under straggler/*."""
+
+    @abc.abstractmethod
+    def uninstall(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Ends the analysis within timeout_s seconds (every rank calls it)."""
+
+
+class NullAnalyzer(AnalyzerAPI):
     """The analyzer when disabled: registers nothing, records nothing (docs/ARCHITECTURE.md invariant 1). It
     still checks its arguments, so turning the analyzer on never raises a new error."""
 
     enabled = False
     ops = NULL_OPS  # the per-op recorder's API, recording nothing
+    stopped_by = None  # nothing runs, so nothing stopped
+    timer = None  # no stage timer
 
     def section(self, name: str) -> ContextManager[None]:
         if name not in _STAGE_NAMES:
@@ -103,11 +156,17 @@ class NullAnalyzer:
     def summary(self) -> None:
         return None
 
+    def inside(self) -> None:
+        return None
+
+    def counters(self) -> dict[str, int]:
+        return {}  # nothing measured, nothing lost
+
     def uninstall(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         pass
 
 
-class Analyzer:
+class Analyzer(AnalyzerAPI):
     """Straggler analysis attached to one training loop. Build it with install()."""
 
     enabled = True
