@@ -45,8 +45,8 @@ from relax_straggler.module_stages import ModuleStageHooks
 from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report, build_report, judge
-from relax_straggler.reporters import ReportPipeline, RunSummary, Sink, build_sinks
-from relax_straggler.reporters.factory import describe_outputs
+from relax_straggler.reporters import ReportPipeline, RunSummary, Sink
+from relax_straggler.reporters.factory import build_sinks, describe_outputs
 from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
 from relax_straggler.side_channel import open_side_channel

@@ -37,9 +37,9 @@ class ReportPipeline:
 
     build(pending, step) turns gathered rows into a Report, or None when the step has no
     report and the reason was already logged (it runs on the thread); every sink's write()
-    receives every Report in order. Closing the sinks stays the caller's. close() drains what is queued, within its limit, then stops; when it
-    gives up it calls release() (if given), which must make a build waiting on a peer
-    return or raise promptly.
+    receives every Report in order (closing the sinks stays the caller's). close() drains
+    what is queued, within its limit, then stops; when it gives up it calls release() (if
+    given), which must make a build waiting on a peer return or raise promptly.
     Counters: dropped_reports (queue full), failed_reports (not built), delivered_reports
     (given to every sink), abandoned_reports (left undelivered by close()).
     """
