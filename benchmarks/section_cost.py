@@ -208,8 +208,8 @@ def publish_costs(repeats: int) -> dict[str, float]:
 
         def report() -> None:
             rep = build_report(unpack(rows), 0, config, 0, {"dropped_reports": 0})
-            summary(rep)
-            jsonl(rep)
+            summary.write(rep)
+            jsonl.write(rep)
 
         out[f"report, {world} ranks (verdict + summary + JSONL)"] = per_call_ns(report, 200, repeats)
         jsonl.close()

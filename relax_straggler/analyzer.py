@@ -17,14 +17,14 @@ a peer's failure never raises into training or out of uninstall (docs/DESIGN.md,
 
 from __future__ import annotations
 
+import abc
 import contextlib
-import dataclasses
 import logging
 import math
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Optional, Protocol, Sequence, Union
 
 import torch
 import torch.distributed as dist
@@ -41,10 +41,11 @@ from relax_straggler.hooks import TrainingHooks
 from relax_straggler.join import JoinTimeout, meet
 from relax_straggler.kernel_evidence import KernelSource, open_kernel_source
 from relax_straggler.module_stages import ModuleStageHooks
-from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder
+from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
 from relax_straggler.payload import row_from_sample, unpack
 from relax_straggler.report import Report
-from relax_straggler.reporters import CallbackSink, ConsoleSink, JsonlSink, ReportPipeline, RunSummary
+from relax_straggler.reporters import ReportPipeline, RunSummary, Sink
+from relax_straggler.reporters.factory import build_sinks, describe_outputs
 from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.run_queue import RunQueueClock
 from relax_straggler.side_channel import open_side_channel
@@ -84,12 +85,64 @@ def _check_stage(name: str) -> None:
     check_section(name)  # raises the ValueError listing the stages
 
 
-class NullAnalyzer:
+class AnalyzerAPI(Protocol):
+    """What install() returns, the analysis on (Analyzer) or off (NullAnalyzer): a training
+    loop written against it runs unchanged either way."""
+
+    enabled: bool
+
+    @abc.abstractmethod
+    def section(self, name: str) -> ContextManager[Any]:
+        """A context timing stage `name` (ValueError for an unknown stage)."""
+
+    @abc.abstractmethod
+    def set_workload(self, tokens: Any) -> None:
+        """This rank's work in the current step (ValueError unless finite and > 0)."""
+
+    @abc.abstractmethod
+    def step(self) -> None:
+        """Ends the current step."""
+
+    @abc.abstractmethod
+    def summary(self) -> Optional[RunSummary]:
+        """The run summary (metrics rank only), else None."""
+
+    @property
+    @abc.abstractmethod
+    def stopped_by(self) -> Optional[SideFailure]:
+        """Why the analysis ended on this rank, None while it runs."""
+
+    @abc.abstractmethod
+    def inside(self) -> Optional[dict[str, Any]]:
+        """What the training thread does inside the analyzer now, or None."""
+
+    @property
+    @abc.abstractmethod
+    def ops(self) -> OpRecorderAPI:
+        """The per-op recorder of sampled steps."""
+
+    @property
+    @abc.abstractmethod
+    def timer(self) -> Any:
+        """The relax_straggler._C.StageTimer, or None when nothing is timed."""
+
+    @abc.abstractmethod
+    def counters(self) -> dict[str, int]:
+        """Every loss so far, as published under straggler/*."""
+
+    @abc.abstractmethod
+    def uninstall(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Ends the analysis within timeout_s seconds (every rank calls it)."""
+
+
+class NullAnalyzer(AnalyzerAPI):
     """The analyzer when disabled: registers nothing, records nothing (docs/ARCHITECTURE.md invariant 1). It
     still checks its arguments, so turning the analyzer on never raises a new error."""
 
     enabled = False
     ops = NULL_OPS  # the per-op recorder's API, recording nothing
+    stopped_by = None  # nothing runs, so nothing stopped
+    timer = None  # no stage timer
 
     def section(self, name: str) -> ContextManager[None]:
         if name not in _STAGE_NAMES:
@@ -105,11 +158,17 @@ class NullAnalyzer:
     def summary(self) -> None:
         return None
 
+    def inside(self) -> None:
+        return None
+
+    def counters(self) -> dict[str, int]:
+        return {}  # nothing measured, nothing lost
+
     def uninstall(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
         pass
 
 
-class Analyzer:
+class Analyzer(AnalyzerAPI):
     """Straggler analysis attached to one training loop. Build it with install()."""
 
     enabled = True
@@ -189,7 +248,7 @@ class Analyzer:
         self._publish_failures = 0  # sampled steps whose row could not be sent
         self._summary: Optional[RunSummary] = None
         self._pipeline: Optional[ReportPipeline] = None
-        self._closables: list[Any] = []
+        self._sinks: tuple[Sink, ...] = ()  # the metrics rank's
         self._store_sink: Any = None
         self._narrator: Optional[Narrator] = None
         self._alone = False  # uninstall() was not called on every rank in time: nothing waits for the side group
@@ -199,31 +258,14 @@ class Analyzer:
             from relax_straggler.judge import Judge  # the engine's front: metrics rank only
 
             self._judge = Judge(config, rank_to_node)
-            self._summary = RunSummary()
-            sinks: list[Any] = [self._summary]
-            if report_fn is not None:
-                sinks.append(CallbackSink(report_fn))
-            if config.jsonl_path:
-                jsonl = JsonlSink(config.jsonl_path)
-                sinks.append(jsonl)
-                self._closables.append(jsonl)
-            if config.store_url:
-                from relax_straggler.reporters.store_sink import StoreSink  # the monitor's modules only when asked
-
-                self._store_sink = StoreSink(config.store_url)
-                sinks.append(self._store_sink)
-                self._closables.append(self._store_sink)
-            if config.console:
-                sinks.append(ConsoleSink(verbose=config.console_verbose))
-            if not config.quiet:
-                self._narrator = Narrator(transitions=not config.console)  # the console says the changes already
-                sinks.append(self._narrator)
+            configured = build_sinks(config, report_fn)
+            self._sinks = configured.sinks
+            self._summary, self._store_sink, self._narrator = configured.summary, configured.store, configured.narrator
             # Given up at shutdown, the report thread stops waiting for a peer's row.
-            self._pipeline = ReportPipeline(self._build_report, sinks, config.queue_size, release=self._gather.abandon)
+            self._pipeline = ReportPipeline(self._build_report, self._sinks, config.queue_size,
+                                            release=self._gather.abandon)
         if config.hang_seconds > 0 and not isinstance(self._gather, LocalGather) and self._gather.rank >= 0:
-            hang_sinks = [s for s in sinks if s is not self._summary] \
-                if self._gather.is_metrics_rank else None
-            self._hang = _start_hang_watchdog(self, ranks, hang_sinks)
+            self._hang = _start_hang_watchdog(self, ranks, self._sinks if self._gather.is_metrics_rank else None)
 
         # Without the collective layer, the DDP gradient-sync wait after backward is the
         # communication stage; with it, the collectives themselves are.
@@ -236,7 +278,7 @@ class Analyzer:
         if self._narrator is not None:
             show_by_default()
             self._narrator.started(self._gather.world_size, config.metrics_rank, config.interval, config.warmup_steps,
-                                   _outputs(config, report_fn))
+                                   describe_outputs(config, report_fn))
         self._begin_step(self._step)
 
     # public API ------------------------------------------------------------------------
@@ -374,19 +416,17 @@ class Analyzer:
             self._stacks.close()
             if self._kernels is not None:
                 self._call_kernels(lambda source: source.close())
-            # The sinks get the bound less a reserve for the side group and the closables.
+            # The sinks get the bound less a reserve for the side group and their closing.
             reserve = min(1.0, timeout_s / 5)
             if self._pipeline is not None:
                 self._pipeline.close(max(deadline - time.monotonic() - reserve, 0))
             self._close_side_group(deadline)
-            for c in self._closables:
-                try:
-                    if c is self._store_sink:  # its flush and its join each take up to the limit
-                        c.close(timeout_s=max((deadline - time.monotonic()) / 2, 0), end_of_run=True)
-                    else:
-                        c.close()
+            for sink in self._sinks:
+                try:  # half of what is left: the store's flush and its writer's join each take up to it
+                    sink.close(max((deadline - time.monotonic()) / 2, 0))
                 except Exception:  # a sink's failure is its own: the others close, uninstall returns
-                    log.warning("relax_straggler: closing report sink %r failed; shutdown goes on", c, exc_info=True)
+                    log.warning("relax_straggler: closing report sink %r failed; shutdown goes on", sink,
+                                exc_info=True)
             if self._narrator is not None:
                 self._narrator.finished(self._summary)
         finally:
@@ -564,7 +604,7 @@ class Analyzer:
             self._stack_asked.add(new[0])
 
 
-def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[list[Any]]) -> Any:
+def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[Sequence[Sink]]) -> Any:
     """The hang watchdog of this rank (relax_straggler.hang), or None (one warning) when the
     job has no c10d store to publish through."""
     from relax_straggler.hang.channel import StoreChannel
@@ -581,20 +621,6 @@ def _start_hang_watchdog(analyzer: Analyzer, ranks: list[int], sinks: Optional[l
                         hang_s=config.hang_seconds, steps=lambda: analyzer._step,
                         progress=collectives.progress if collectives is not None else list, channel=channel,
                         publish=HangPublisher(sinks, config), inside=analyzer.inside).start()
-
-
-def _outputs(config: StragglerConfig, report_fn: Optional[Callable[..., None]]) -> list[str]:
-    """Where the metrics rank sends reports, in words, for the start-up line."""
-    out = ["report_fn"] if report_fn is not None else []
-    if config.jsonl_path:
-        out.append(config.jsonl_path)
-    if config.store_url:
-        from relax_straggler.stores.url import redact
-
-        out.append(redact(config.store_url))
-    if config.console:
-        out.append("the console")
-    return out
 
 
 def _configured_outputs(config: StragglerConfig, report_fn: Optional[Callable[..., None]]) -> list[str]:

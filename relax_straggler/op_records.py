@@ -16,9 +16,10 @@ which match the device only where the chained Megatron Timers synchronize.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import time
-from typing import Any, ContextManager, Iterator, Optional
+from typing import Any, ContextManager, Iterator, Optional, Protocol
 
 import numpy as np
 
@@ -43,7 +44,41 @@ def _op_code(name: str) -> int:
     return code
 
 
-class OpRecorder:
+class OpRecorderAPI(Protocol):
+    """What `analyzer.ops` offers, recording (OpRecorder) or not (NullOpRecorder); both
+    check their arguments alike."""
+
+    @property
+    @abc.abstractmethod
+    def active(self) -> bool:
+        """True while the current step is recorded."""
+
+    @abc.abstractmethod
+    def set_worker(self, dp_rank: int, stage: int) -> None:
+        """This rank's data-parallel rank and pipeline stage (ints >= 0; ValueError otherwise)."""
+
+    @abc.abstractmethod
+    def microbatch(self, index: int) -> None:
+        """Marks the microbatch of the ops that follow."""
+
+    @abc.abstractmethod
+    def op(self, name: str, microbatch: Optional[int] = None, chunk: int = -1) -> ContextManager[None]:
+        """A context recording one op named `name` (an OP_TYPES name but `optimizer`; ValueError otherwise)."""
+
+    @abc.abstractmethod
+    def start(self, code: int, microbatch: int = -1, chunk: int = -1, numbered: bool = False) -> None:
+        """Opens op type `code` (an OP_TYPES index)."""
+
+    @abc.abstractmethod
+    def stop(self, code: int) -> None:
+        """Closes op type `code`."""
+
+    @abc.abstractmethod
+    def take_row(self, step: int) -> Optional[np.ndarray]:
+        """Ends a sampled step: its per-op row, None when no row travels with the stage row."""
+
+
+class OpRecorder(OpRecorderAPI):
     """Records the ops of sampled steps, at most max_ops per step (the step's tail included).
 
     timer: the analyzer's StageTimer (its ``sampled`` flag gates recording). rank: this
@@ -149,7 +184,7 @@ class OpRecorder:
         return row
 
 
-class NullOpRecorder:
+class NullOpRecorder(OpRecorderAPI):
     """The disabled analyzer's recorder: checks its arguments like OpRecorder, records nothing."""
 
     active = False

@@ -4,7 +4,7 @@
 diagnose    compares per-rank progress snapshots (pure, no torch)
 channel     the c10d store the snapshots travel through
 watchdog    the per-rank thread that notices a stop and answers
-publish     the answer as a Report for the sinks
+publish     the answer as a HangEvent for the sinks
 flight_recorder  the same answer from PyTorch Flight Recorder dumps (fr_dumps reads them,
             slow_collectives the duration evidence beside it), for `relax-straggler analyze`
 """

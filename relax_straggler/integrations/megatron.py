@@ -30,17 +30,18 @@ are back, so nothing outside a training step is timed.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import math
 import threading
-from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, ContextManager, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
 import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import ext
-from relax_straggler.analyzer import Analyzer, NullAnalyzer
+from relax_straggler.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
 from relax_straggler.analyzer import install as install_analyzer
 from relax_straggler.config import StragglerConfig
 from relax_straggler.megatron_timers import live_stage
@@ -52,7 +53,37 @@ from relax_straggler.stages import stage_id
 log = logging.getLogger(__name__)
 
 
-class _NullTimer:
+class MegatronTimerAPI(Protocol):
+    """One timer as Megatron's code uses it (what ``timers(name)`` returns): _StageView
+    implements start / stop and hands the rest to the timer it chains to (or _NullTimer),
+    _NullTimer does nothing. Times in s."""
+
+    @abc.abstractmethod
+    def start(self, barrier: bool = False) -> None:
+        """Starts timing."""
+
+    @abc.abstractmethod
+    def stop(self, barrier: bool = False) -> None:
+        """Stops timing."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Forgets the time so far."""
+
+    @abc.abstractmethod
+    def elapsed(self, reset: bool = True, barrier: bool = False) -> float:
+        """The time so far, s (then reset, unless reset=False)."""
+
+    @abc.abstractmethod
+    def active_time(self) -> float:
+        """The time spent started, s."""
+
+    @abc.abstractmethod
+    def set_barrier_group(self, barrier_group: Any) -> None:
+        """The group a barrier=True start or stop waits on."""
+
+
+class _NullTimer(MegatronTimerAPI):
     """What an unmapped name gets when there is no Timers object to chain to."""
 
     def start(self, barrier: bool = False) -> None:
@@ -173,11 +204,47 @@ class MegatronTimers:
 _NULL_CONTEXT: ContextManager[None] = contextlib.nullcontext()
 
 
-class NullMegatronAnalysis:
+class MegatronAnalysisAPI(Protocol):
+    """What install() returns, the analysis on (MegatronAnalysis) or off
+    (NullMegatronAnalysis): a Megatron training loop written against it runs unchanged
+    either way."""
+
+    enabled: bool
+    analyzer: AnalyzerAPI
+
+    @abc.abstractmethod
+    def adapter_for(self, inner: Any) -> Any:
+        """What train_step() puts in place of the Timers object `inner`."""
+
+    @abc.abstractmethod
+    def train_step(self, step: Optional[int] = None) -> ContextManager[None]:
+        """A context around one training step; step: the loop's own number of it."""
+
+    @abc.abstractmethod
+    def section(self, name: str) -> ContextManager[Any]:
+        """A context timing stage `name`."""
+
+    @abc.abstractmethod
+    def set_workload(self, tokens: float) -> None:
+        """This rank's tokens in the current step."""
+
+    @abc.abstractmethod
+    def add_workload(self, tokens: float) -> None:
+        """Adds one microbatch's tokens to this rank's workload of the open step."""
+
+    @abc.abstractmethod
+    def uninstall(self) -> None:
+        """Ends the analysis (every rank calls it)."""
+
+
+class NullMegatronAnalysis(MegatronAnalysisAPI):
     """Analysis disabled: nothing registered, config.timers untouched, no-op scopes."""
 
     enabled = False
     analyzer = NullAnalyzer()
+
+    def adapter_for(self, inner: Any) -> Any:
+        return inner  # nothing is chained: the Timers object stays as it is
 
     def train_step(self, step: Optional[int] = None) -> ContextManager[None]:
         return _NULL_CONTEXT
@@ -195,7 +262,7 @@ class NullMegatronAnalysis:
         pass
 
 
-class MegatronAnalysis:
+class MegatronAnalysis(MegatronAnalysisAPI):
     """The analyzer attached to a Megatron training loop. Build it with install().
 
     analyzer: installed with model=None and optimizer=None (the timers give the stage

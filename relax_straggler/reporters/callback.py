@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 
 ReportFn = Callable[..., None]
 
 
-def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_metrics(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(numbers, details) of one report's metrics: numbers holds the int and float values
     (Python or numpy; bools are details), details everything else."""
     nums: dict[str, Any] = {}
@@ -38,20 +39,30 @@ def takes_details(fn: Callable[..., Any]) -> bool:
     return "details" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-class CallbackSink:
-    """Calls report_fn(numbers, report.step) on the report thread, with details=the other
-    values when report_fn takes them (module docstring)."""
+class CallbackSink(Sink):
+    """Calls report_fn(numbers, step) on the report thread, with details=the other values
+    when report_fn takes them (module docstring); a hang answer's straggler/hang/* metrics
+    the same way, with its step."""
 
     def __init__(self, report_fn: ReportFn) -> None:
         self._fn = report_fn
         self._details = takes_details(report_fn)
 
-    def __call__(self, report: Report) -> None:
-        nums, details = split_metrics(report.metrics)
+    def write(self, report: Report) -> None:
+        self._call(report.metrics, report.step)
+
+    def write_hang(self, event: HangEvent) -> None:
+        self._call(event.metrics, event.step)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Nothing to release: report_fn stays the caller's."""
+
+    def _call(self, metrics: Mapping[str, Any], step: int) -> None:
+        nums, details = split_metrics(metrics)
         if self._details:
-            self._fn(nums, report.step, details=details)
+            self._fn(nums, step, details=details)
         else:
-            self._fn(nums, report.step)
+            self._fn(nums, step)
 
     def __repr__(self) -> str:
         return f"CallbackSink({getattr(self._fn, '__qualname__', self._fn)!r})"

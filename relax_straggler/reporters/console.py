@@ -7,14 +7,15 @@ from __future__ import annotations
 import sys
 from typing import Optional, TextIO
 
-from relax_straggler.metric_names import HANG_ANSWER, stage_prefix
+from relax_straggler.metric_names import stage_prefix
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 
 # States worth a line without verbose: what a person acts on.
 _ANNOUNCED = ("straggler", "recovered", "imbalance")
 
 
-class ConsoleSink:
+class ConsoleSink(Sink):
     """stream: where to write (stdout by default). verbose: also the per-step table and the
     suspected / insufficient-evidence transitions."""
 
@@ -23,20 +24,23 @@ class ConsoleSink:
         self.verbose = verbose
         self._announced: set[tuple[int, str, str]] = set()  # (rank or -group - 1, stage, state) on screen
 
-    def __call__(self, report: Report) -> None:
-        if HANG_ANSWER in report.metrics:  # the hang answer: no stage rows
-            lines = [f"[straggler] HANG after step {report.step}: {report.metrics[HANG_ANSWER]}"]
-            out = self._stream or sys.stdout
-            out.write("\n".join(lines) + "\n")
-            out.flush()
-            return
+    def write(self, report: Report) -> None:
         lines = self._verdict_lines(report)
         if self.verbose:
             lines += self._table(report)
         if lines:
-            out = self._stream or sys.stdout
-            out.write("\n".join(lines) + "\n")
-            out.flush()
+            self._print(lines)
+
+    def write_hang(self, event: HangEvent) -> None:
+        self._print([f"[straggler] HANG after step {event.step}: {event.answer}"])
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Nothing to release: the stream stays the caller's."""
+
+    def _print(self, lines: list[str]) -> None:
+        out = self._stream or sys.stdout
+        out.write("\n".join(lines) + "\n")
+        out.flush()
 
     def verdict_changes(self, report: Report) -> list[str]:
         """The lines of the verdict's changes since the previous report (and remembers them)."""

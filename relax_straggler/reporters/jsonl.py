@@ -4,7 +4,9 @@ Line schema: {"step", "time" (unix s), "stages" [names], "device_ms" [[ms per st
 per rank], "tokens" [per rank] or null, "stragglers" {stage: [ranks]},
 "likely_bottleneck", "metrics" {...}, "verdict" {"status", "findings" [{rank, group, stage,
 state, since_step, confidence, ratio, persistent, by_window, facts {...}, cause}],
-"unjudged_ranks"} or null}. NaN is written as null (strict JSON). Each line is written whole
+"unjudged_ranks"} or null}. A hang answer is a line of the same schema with no stages
+("stages" [], "device_ms" [], "verdict" null) and its straggler/hang/* metrics. NaN is
+written as null (strict JSON). Each line is written whole
 or not at all (relax_straggler.appending): a reader never meets half a report.
 """
 
@@ -19,12 +21,13 @@ import time
 
 from relax_straggler.appending import append_whole
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 from relax_straggler.serialization import json_safe
 
 log = logging.getLogger(__name__)
 
 
-class JsonlSink:
+class JsonlSink(Sink):
     """Appends reports to `path` (directories are created), one line per report, each line
     whole or not at all. A line that cannot be written (a full disk, a quota, a file size
     limit) is left out, the file cut back to the end of the previous line: the first such
@@ -40,8 +43,8 @@ class JsonlSink:
         self.written = 0  # reports written
         self.failed = 0  # reports left out
 
-    def __call__(self, report: Report) -> None:
-        record = {
+    def write(self, report: Report) -> None:
+        self._append({
             "step": report.step,
             "time": time.time(),
             "stages": list(report.stages),
@@ -54,7 +57,15 @@ class JsonlSink:
                 "status": report.verdict.status,
                 "findings": [dataclasses.asdict(f) for f in report.verdict.findings],
                 "unjudged_ranks": list(report.verdict.unjudged_ranks)},
-        }
+        }, report.step)
+
+    def write_hang(self, event: HangEvent) -> None:
+        self._append({"step": event.step, "time": time.time(), "stages": [], "device_ms": [], "tokens": None,
+                      "stragglers": {}, "likely_bottleneck": None, "metrics": dict(event.metrics), "verdict": None},
+                     event.step)
+
+    def _append(self, record: dict, step: int) -> None:
+        """Appends `record` as one line, whole or not at all (the class docstring)."""
         line = (json.dumps(json_safe(record), allow_nan=False) + "\n").encode()
         with self._lock:
             if self._fd is None:
@@ -66,12 +77,13 @@ class JsonlSink:
                 if self.failed == 1:
                     log.warning("relax_straggler: cannot write %s: %s; the report of step %d is left out of it (the "
                                 "lines before are whole), later reports are tried again and the count is given at "
-                                "uninstall", self.path, exc, report.step)
+                                "uninstall", self.path, exc, step)
                 return
             self.written += 1
 
-    def close(self) -> None:
-        """Closes the file; one warning counts the reports left out, if any. Never raises."""
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Closes the file (at once: nothing is buffered, timeout_s is not needed); one
+        warning counts the reports left out, if any. Never raises."""
         with self._lock:
             if self._fd is None:
                 return

@@ -13,8 +13,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from relax_straggler.metric_names import HANG_ANSWER
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 from relax_straggler.reporters.console import ConsoleSink
 from relax_straggler.reporters.summary import RunSummary
 
@@ -48,7 +48,7 @@ def summary_lines(summary: RunSummary) -> list[str]:
     return lines
 
 
-class Narrator:
+class Narrator(Sink):
     """A report sink that logs the confirmed verdict's changes (the ConsoleSink's lines
     without verbose) and a hang's answer, unless transitions=False (the console prints
     them already); started() and finished() log the first and last lines."""
@@ -65,15 +65,18 @@ class Narrator:
                        "%d; reports go to %s", ranks, "" if ranks == 1 else "s", metrics_rank, interval, warmup_steps,
                        where)
 
-    def __call__(self, report: Report) -> None:
+    def write(self, report: Report) -> None:
         if self._changes is None:
-            return
-        if HANG_ANSWER in report.metrics:  # the job stopped: no stage rows
-            self._log.warning("relax_straggler: HANG after step %d: %s", report.step,
-                              report.metrics[HANG_ANSWER])
             return
         for line in self._changes.verdict_changes(report):
             self._log.info("relax_straggler: %s", line.removeprefix("[straggler] "))
+
+    def write_hang(self, event: HangEvent) -> None:
+        if self._changes is not None:
+            self._log.warning("relax_straggler: HANG after step %d: %s", event.step, event.answer)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Nothing to release: the last line is finished()'s."""
 
     def finished(self, summary: RunSummary) -> None:
         for line in summary_lines(summary):

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional, Sequence
 
 # np.median loads numpy.ma on its first call (100-170 ms holding the GIL, which the metrics
 # rank's training thread then waits for and times as its own stage): loaded with this module,
@@ -24,13 +24,9 @@ import numpy.ma  # noqa: F401
 
 from relax_straggler.payload import PendingRows
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import Sink
 
 log = logging.getLogger(__name__)
-
-
-class Sink(Protocol):
-    def __call__(self, report: Report) -> None: ...
-
 
 _STOP = object()
 _GRACE_S = 0.4  # of close()'s limit, once it gives up: for the thread to leave a build or be seen in a sink
@@ -40,15 +36,15 @@ class ReportPipeline:
     """Bounded queue + one daemon thread.
 
     build(pending, step) turns gathered rows into a Report, or None when the step has no
-    report and the reason was already logged (it runs on the thread); sinks receive every
-    Report in order. close() drains what is queued, within its limit, then stops; when it
-    gives up it calls release() (if given), which must make a build waiting on a peer
-    return or raise promptly.
+    report and the reason was already logged (it runs on the thread); every sink's write()
+    receives every Report in order (closing the sinks stays the caller's). close() drains
+    what is queued, within its limit, then stops; when it gives up it calls release() (if
+    given), which must make a build waiting on a peer return or raise promptly.
     Counters: dropped_reports (queue full), failed_reports (not built), delivered_reports
     (given to every sink), abandoned_reports (left undelivered by close()).
     """
 
-    def __init__(self, build: Callable[[PendingRows, int], Optional[Report]], sinks: list[Sink], queue_size: int,
+    def __init__(self, build: Callable[[PendingRows, int], Optional[Report]], sinks: Sequence[Sink], queue_size: int,
                  log_every_s: float = 60.0, release: Optional[Callable[[], None]] = None) -> None:
         self._build = build
         self._release = release
@@ -143,7 +139,7 @@ class ReportPipeline:
                     if self._abandoned:
                         return
                     try:
-                        sink(report)
+                        sink.write(report)
                     except Exception:
                         if i not in self._failed_sinks:
                             self._failed_sinks.add(i)

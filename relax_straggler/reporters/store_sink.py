@@ -1,6 +1,6 @@
 """The live sink: the training job's reports, as megatron_metrics rows, into a metrics store.
 
-A reporter (relax_straggler.reporters.pipeline.Sink) on the metrics rank. The report thread
+A sink (relax_straggler.reporters.base.Sink) on the metrics rank. The report thread
 only converts a report to rows and appends them to a bounded buffer; a writer thread of its
 own sends them in batches, so a slow or dead store never holds up the report thread, let
 alone training (docs/ARCHITECTURE.md invariant 5). When the store fails, rows stay buffered and are sent again
@@ -25,8 +25,9 @@ the analyzed group (the global rank for the default group). With the live analyz
 confirmed verdict, its rows follow (straggler/verdict and one straggler/verdict/finding per
 finding, relax_straggler.stores.verdict_rows). A hang answer (relax_straggler.hang.publish)
 is one straggler/hang row (relax_straggler.stores.hang_rows). A normal end of the run
-(close(end_of_run=True), which uninstall() does) is one straggler/end row after the last
-report's (relax_straggler.stores.end_rows): the monitor then shows the job finished.
+(close() of the run's own sink, built with marks_end=True, which uninstall() closes) is one
+straggler/end row after the last report's (relax_straggler.stores.end_rows): the monitor
+then shows the job finished.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from relax_straggler.megatron_timers import stage_timer_name
 from relax_straggler.metric_names import (FINDING_METRIC, VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_METRIC,
                                           VERDICT_RANK, VERDICT_RATIO, VERDICT_SINCE_STEP, VERDICT_STAGE)
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 from relax_straggler.stages import CORE_STAGES
 
 log = logging.getLogger(__name__)
@@ -74,10 +76,7 @@ def default_nodes(world_size: int) -> list[str]:
 def report_rows(report: Report, job: str, timestamp: float, nodes: Sequence[str], cluster: str = "") -> pa.Table:
     """The megatron_metrics rows of one report (see the module docstring) as a SAMPLE_SCHEMA
     table: one row per rank and stage with a finite time, then one interval-time row per
-    rank that ran a core stage; a hang answer's one row instead. nodes: node name per rank
-    (len >= report.num_ranks)."""
-    if hang_rows.is_hang_answer(report.metrics):
-        return hang_rows.hang_table(report.metrics, job, timestamp, nodes[0] if len(nodes) else "", cluster)
+    rank that ran a core stage. nodes: node name per rank (len >= report.num_ranks)."""
     ms = report.device_ms
     names = [stage_timer_name(s) for s in report.stages]
     core = [j for j, s in enumerate(report.stages) if s in CORE_STAGES]
@@ -126,8 +125,8 @@ def verdict_table(report: Report, job: str, timestamp: float, node: str, cluster
                                     cluster=cluster) for name, subname, values in rows])
 
 
-class StoreSink:
-    """Reporter writing each report's rows to the store at `url` (``file://DIR`` or
+class StoreSink(Sink):
+    """Sink writing each report's rows to the store at `url` (``file://DIR`` or
     ``clickhouse://HOST:PORT/DB``, optionally ``?job=ID``).
 
     job: the job id (default: ?job= of the URL, else default_job_id()). cluster: the
@@ -137,6 +136,9 @@ class StoreSink:
     answers. max_buffered_rows: the bound of the buffer; beyond it the oldest reports are
     dropped (counted). log_every_s: at most one failure warning per this many s.
     open_store: URL -> Store (relax_straggler.stores.opener.open_store by default).
+    marks_end: close() queues the end-of-run row first (the module docstring): the sink is
+    the run's own, closed when the run ends normally; False for a sink opened for one
+    hang answer.
     Raises ValueError for a bad URL; a store that cannot be opened or written is retried
     by the writer thread (counted, logged), never raised.
     """
@@ -144,7 +146,7 @@ class StoreSink:
     def __init__(self, url: str, job: Optional[str] = None, *, cluster: str = "",
                  nodes: Optional[Sequence[str]] = None, batch_rows: int = 50_000, flush_interval_s: float = 1.0,
                  max_buffered_rows: int = 2_000_000, log_every_s: float = 60.0,
-                 open_store: Optional[Callable[[str], Store]] = None) -> None:
+                 open_store: Optional[Callable[[str], Store]] = None, marks_end: bool = False) -> None:
         parsed = parse_writer_url(url)
         if batch_rows < 1 or max_buffered_rows < 1 or flush_interval_s <= 0:
             raise ValueError("batch_rows and max_buffered_rows must be >= 1 and flush_interval_s > 0")
@@ -157,6 +159,7 @@ class StoreSink:
         self._given_nodes = list(nodes) if nodes is not None else []
         self._nodes: Optional[list[str]] = None
         self._open_store = open_store
+        self._marks_end = marks_end
         self._store: Optional[Store] = None
         self._batch_rows, self._flush_s, self._max_rows = batch_rows, flush_interval_s, max_buffered_rows
         self._log_every_s = log_every_s
@@ -179,17 +182,25 @@ class StoreSink:
         self._thread.start()
 
     # Sink ------------------------------------------------------------------------------
-    def __call__(self, report: Report) -> None:
+    def write(self, report: Report) -> None:
         """Converts `report` and queues its rows (on the report thread; never blocks on the store)."""
         if self._nodes is None or len(self._nodes) < report.num_ranks:  # ranks beyond `nodes`: default names
             self._nodes = self._given_nodes + default_nodes(report.num_ranks)[len(self._given_nodes):]
         rows = report_rows(report, self.job, time.time(), self._nodes, self.cluster)
-        if not hang_rows.is_hang_answer(report.metrics):
-            self._last_step = report.step if self._last_step is None else max(self._last_step, report.step)
-            self._steps += 1
+        self._last_step = report.step if self._last_step is None else max(self._last_step, report.step)
+        self._steps += 1
         if rows.num_rows == 0:
             return
         self._queue(rows)
+
+    def write_hang(self, event: HangEvent) -> None:
+        """Queues the answer's one row, in rows of rank 0's node (never blocks on the store)."""
+        self._queue(hang_rows.hang_table(event.metrics, self.job, time.time(), self._first_node(), self.cluster))
+
+    def _first_node(self) -> str:
+        """Rank 0's node name, "" when unknown."""
+        nodes = self._nodes if self._nodes is not None else self._given_nodes
+        return nodes[0] if nodes else ""
 
     def _queue(self, rows: pa.Table) -> None:
         with self._cond:
@@ -225,18 +236,17 @@ class StoreSink:
                 self._flushers -= 1
         return True
 
-    def close(self, timeout_s: float = 30.0, end_of_run: bool = False) -> None:
-        """Writes what is buffered (for at most `timeout_s`), stops the writer, closes the
-        store. end_of_run: the run ends normally (uninstall()): the end-of-run row is
-        queued after the last report's rows first (relax_straggler.stores.end_rows), so the
-        monitor shows the job finished, not hanging. Rows still unwritten are counted as
-        dropped and logged."""
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Writes what is buffered (for at most `timeout_s` to flush, as much again to stop
+        the writer), stops the writer, closes the store. With marks_end, the end-of-run row
+        is queued after the last report's rows first (relax_straggler.stores.end_rows), so
+        the monitor shows the job finished, not hanging. Rows still unwritten are counted
+        as dropped and logged."""
         if not self._thread.is_alive():
             return
-        if end_of_run:
-            node = self._nodes[0] if self._nodes else (self._given_nodes[0] if self._given_nodes else "")
+        if self._marks_end:
             self._queue(end_rows.end_table(self.job, self._last_step or 0, self._steps, "uninstall", time.time(),
-                                           node, self.cluster))
+                                           self._first_node(), self.cluster))
         self.flush(timeout_s)
         with self._cond:
             self._closing = True

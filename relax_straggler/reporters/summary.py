@@ -14,6 +14,7 @@ import numpy as np
 
 from relax_straggler.metric_names import stage_prefix
 from relax_straggler.report import Report
+from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 from relax_straggler.stages import is_communication
 
 
@@ -61,8 +62,9 @@ class Confirmed:
                 f"cause: {self.cause})")
 
 
-class RunSummary:
-    """A sink that keeps counts only (bounded memory whatever the run length)."""
+class RunSummary(Sink):
+    """A sink that keeps counts only (bounded memory whatever the run length). A hang
+    answer is no sampled step: it is not counted."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -75,7 +77,7 @@ class RunSummary:
         self.statuses: collections.Counter[str] = collections.Counter()  # confirmed-verdict status per report
         self._confirmed: dict[tuple[int, str], dict] = {}  # (rank, stage) -> first step, report index, ratio, causes
 
-    def __call__(self, report: Report) -> None:
+    def write(self, report: Report) -> None:
         ref = {s: report.metrics[stage_prefix(s) + "ref_ms"] for s in report.stages}
         with self._lock:
             self.reports += 1
@@ -91,6 +93,12 @@ class RunSummary:
                     if ref[stage] > 0 and t > 0:
                         late = is_communication(stage)  # the rule's direction (docs/METRICS.md)
                         self._flag_ratios[(rank, stage)].append(ref[stage] / t if late else t / ref[stage])
+
+    def write_hang(self, event: HangEvent) -> None:
+        pass  # no sampled step (class docstring)
+
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Nothing to release: the counts stay readable after."""
 
     def _fold_verdict(self, report: Report) -> None:
         self.statuses[report.verdict.status] += 1

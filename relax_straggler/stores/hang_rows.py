@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import pyarrow as pa
 
-from relax_straggler.metric_names import HANG_DETECTED, HANG_METRIC, HANG_PREFIX
+from relax_straggler.metric_names import HANG_METRIC, HANG_PREFIX
 from relax_straggler.stores.base import Sample, samples_to_table
 
 HANG_VALUES = ("rank", "seq", "waiting_ranks", "waited_s", "stalled_s")
@@ -29,11 +29,6 @@ FIELDS = ("kind", "rank", "group", "group_ranks", "op", "seq", "waiting_ranks", 
           "no_snapshot_ranks", "stalled_s", "step", "answer")
 _INTEGERS = ("rank", "seq", "waiting_ranks", "step")
 _NUMBERS = ("waited_s", "stalled_s")
-
-
-def is_hang_answer(metrics: Mapping[str, Any]) -> bool:
-    """Whether a report's metrics are a hang answer (relax_straggler.hang.publish)."""
-    return metrics.get(HANG_DETECTED) == 1
 
 
 def hang_table(metrics: Mapping[str, Any], job: str, timestamp: float, node: str, cluster: str = "") -> pa.Table:

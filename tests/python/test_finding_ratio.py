@@ -84,7 +84,7 @@ def test_one_finding_shows_one_ratio_in_every_output(tmp_path, capsys):
     store = StoreSink(f"file://{tmp_path}/store?job=j", flush_interval_s=0.05)
     for r in reports:
         for out in (sink, jsonl, store, summary):
-            out(r)
+            out.write(r)
     jsonl.close()
     assert store.flush(timeout_s=30)
     store.close()
@@ -126,7 +126,7 @@ def test_a_late_arrival_flag_reads_above_one():
     ms = np.array([[40.0, 80.0, 25.0], [40.0, 80.0, 25.0], [90.0, 80.0, 2.5]])
     metrics = {f"straggler/{s}/ref_ms": v for s, v in zip(STAGES, (40.0, 80.0, 25.0))}
     summary = RunSummary()
-    summary(Report(step=10, stages=STAGES, device_ms=ms, judged_ms=ms, tokens=None,
+    summary.write(Report(step=10, stages=STAGES, device_ms=ms, judged_ms=ms, tokens=None,
                    stragglers={"forward": (2,), "communication": (2,)}, likely_bottleneck=None, top_ranks={},
                    hints="", metrics=metrics, verdict=None))
     flags = {f.stage: f for f in summary.flags()}

@@ -181,10 +181,10 @@ def test_the_verdict_changes_are_logged_once_each(caplog):
     slow = [("straggler", 1, "forward", "rank 1 straggler in forward since step 20")]
     for report in (fake_report(10, "healthy"), fake_report(20, "straggler", slow), fake_report(30, "straggler", slow),
                    fake_report(40, "healthy")):
-        said(report)
+        said.write(report)
     assert relax_lines(caplog) == ["relax_straggler: step 20: rank 1 straggler in forward since step 20",
                                    "relax_straggler: step 40: healthy: no rank is slow beyond its group's noise"]
     caplog.clear()
     quiet_console_on = narrator.Narrator(transitions=False)  # --straggler-console prints them instead
-    quiet_console_on(fake_report(20, "straggler", slow))
+    quiet_console_on.write(fake_report(20, "straggler", slow))
     assert relax_lines(caplog) == []

@@ -165,7 +165,7 @@ def test_the_text_is_bounded_however_many_groups_are_held():
 
 # The answer in the metrics store ---------------------------------------------------------
 def test_the_store_row_keeps_every_field_and_the_timer_reader_knows_it(tmp_path):
-    from relax_straggler.hang.publish import hang_report
+    from relax_straggler.hang.publish import hang_event
     from relax_straggler.readers.metrics_rows import StoreSource
     from relax_straggler.reporters.store_sink import StoreSink
     from relax_straggler.stores import hang_rows
@@ -177,7 +177,7 @@ def test_the_store_row_keeps_every_field_and_the_timer_reader_knows_it(tmp_path)
                                          desc="dp-0")])}, [0, 1])
     url = f"file://{tmp_path}/store"
     sink = StoreSink(url + "?job=j", flush_interval_s=0.05)
-    sink(hang_report(answer))
+    sink.write_hang(hang_event(answer))
     assert sink.flush(timeout_s=30)
     sink.close()
     store = open_store(url)
@@ -209,6 +209,28 @@ def test_a_hang_row_that_is_not_the_format_is_refused_naming_it():
             hang_rows.decode(row(subname))
     assert hang_rows.decode(Sample(1.0, "j", "forward-compute", 0, 7, (1.0,))) is None
 
+
+
+def test_a_stand_in_opens_the_console_the_config_asks_for(monkeypatch, capsys):
+    """A rank answering for a stopped metrics rank opens the console sink the config
+    describes, --straggler-console-verbose included, as the metrics rank does."""
+    from relax_straggler.config import StragglerConfig
+    from relax_straggler.hang.publish import HangPublisher
+    from relax_straggler.reporters.console import ConsoleSink
+
+    verbose = []
+    init = ConsoleSink.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        verbose.append(self.verbose)
+
+    monkeypatch.setattr(ConsoleSink, "__init__", recording_init)
+    answer = diagnose({0: snap(0, [group("0", (0, 1), entry(6))]), 1: snap(1, [group("0", (0, 1), entry(5))])},
+                      [0, 1])
+    HangPublisher(None, StragglerConfig(enabled=True, console=True, console_verbose=True))(answer)
+    assert verbose == [True]
+    assert capsys.readouterr().out == f"[straggler] HANG after step 41: {answer.text()}\n"
 
 # 4 Gloo ranks --------------------------------------------------------------------------
 def stored_answer(tmp_path):

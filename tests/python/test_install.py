@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import relax_straggler
 from relax_straggler import StragglerConfig
+from relax_straggler.reporters import CallbackSink
 
 
 def hook_count(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -144,7 +145,7 @@ def test_a_raising_report_fn_does_not_stop_training(caplog):
     seen = []
     with caplog.at_level(logging.WARNING, logger="relax_straggler"):
         analyzer = relax_straggler.install(model, opt, config=config(), report_fn=bad)
-        analyzer._pipeline._sinks.append(lambda report: seen.append(report.step))
+        analyzer._pipeline._sinks.append(CallbackSink(lambda metrics, step: seen.append(step)))
         losses = train(model, opt, analyzer, 5)
         analyzer.uninstall()
     assert len(losses) == 5 and seen == [0, 1, 2, 3, 4]

@@ -242,8 +242,8 @@ def test_a_job_run_again_after_its_end_is_no_longer_finished(make_monitor, store
 def hang_answer_rows(job: str, step: int, rank: int, timestamp: float):
     """The store sink's row of a hang answer naming `rank` (the product's own path)."""
     from relax_straggler.hang import diagnose
-    from relax_straggler.hang.publish import hang_report
-    from relax_straggler.reporters.store_sink import report_rows
+    from relax_straggler.hang.publish import hang_event
+    from relax_straggler.stores.hang_rows import hang_table
 
     def snap(r, seq):
         entry = {"seq": seq, "op": "all_reduce", "ago_s": 70.0}
@@ -252,7 +252,7 @@ def hang_answer_rows(job: str, step: int, rank: int, timestamp: float):
                             "p2p": None, "completed": None}]}
 
     answer = diagnose({r: snap(r, 6 if r != rank else 5) for r in range(4)}, range(4))
-    return report_rows(hang_report(answer), job, timestamp, ["node-0"])
+    return hang_table(hang_event(answer).metrics, job, timestamp, "node-0")
 
 
 def hanging(make_monitor, store_url, job: str) -> tuple[Monitor, Clock]:

@@ -119,7 +119,7 @@ def test_failures_are_buffered_bounded_counted_and_logged_rate_limited(caplog):
                      log_every_s=3600)
     with caplog.at_level(logging.WARNING, logger="relax_straggler.reporters.store_sink"):
         for step in range(10):
-            sink(fake_report(step))  # never raises, never blocks on the store
+            sink.write(fake_report(step))  # never raises, never blocks on the store
         wait_for(lambda: sink.failed_writes >= 3, what="three failed writes")
         c = sink.counters()
         assert c["store_buffered_rows"] <= 3 * rows_per_report
@@ -139,11 +139,11 @@ def test_rows_survive_a_store_restart(tmp_path):
     store = ClickHouseStore(server.url("restart"))
     try:
         for step in range(3):
-            sink(fake_report(step))
+            sink.write(fake_report(step))
         assert sink.flush(timeout_s=30)
         server.stop()
         for step in range(3, 8):
-            sink(fake_report(step, slow_rank=2))
+            sink.write(fake_report(step, slow_rank=2))
         wait_for(lambda: sink.failed_writes >= 1, what="a failed write while the server is down")
         server.start()
         assert sink.flush(timeout_s=60), sink.counters()
@@ -160,7 +160,7 @@ def test_rows_survive_a_store_restart(tmp_path):
 def test_the_embedded_store_takes_the_same_rows(tmp_path):
     sink = StoreSink(f"file://{tmp_path}/store?job=embedded", flush_interval_s=0.05)
     for step in range(3):
-        sink(fake_report(step, slow_rank=0))
+        sink.write(fake_report(step, slow_rank=0))
     assert sink.flush(timeout_s=30)
     sink.close()
     from relax_straggler.stores.opener import open_store
@@ -177,17 +177,18 @@ def test_the_embedded_store_takes_the_same_rows(tmp_path):
         store.close()
 
 
-def test_close_at_the_end_of_the_run_writes_the_end_row_a_plain_close_does_not(tmp_path):
+def test_the_runs_own_sink_writes_the_end_row_at_close_another_does_not(tmp_path):
     from relax_straggler.stores import end_rows
     from relax_straggler.stores.opener import open_store
 
-    ended = StoreSink(f"file://{tmp_path}/store?job=ended", flush_interval_s=0.05, nodes=["node-0"] * 4)
+    ended = StoreSink(f"file://{tmp_path}/store?job=ended", flush_interval_s=0.05, nodes=["node-0"] * 4,
+                      marks_end=True)
     cut = StoreSink(f"file://{tmp_path}/store?job=cut", flush_interval_s=0.05)
     for step in (10, 11, 12):
-        ended(fake_report(step))
-        cut(fake_report(step))
-    ended.close(end_of_run=True)
-    cut.close()  # a hang answer's sink, or a job stopped without uninstall()
+        ended.write(fake_report(step))
+        cut.write(fake_report(step))
+    ended.close()
+    cut.close()  # a sink opened for one hang answer
     store = open_store(f"file://{tmp_path}/store")
     try:
         end = end_rows.latest_end(store.samples("ended", 0, 20))

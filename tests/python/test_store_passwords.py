@@ -45,7 +45,7 @@ def test_the_sink_logs_the_store_without_its_password(caplog):
     assert SECRET not in repr(sink)
     from test_sink import fake_report
 
-    sink(fake_report(0))
+    sink.write(fake_report(0))
     sink.flush(timeout_s=1)
     sink.close(timeout_s=0.2)
     messages = [r.getMessage() for r in caplog.records]

@@ -48,7 +48,7 @@ def test_the_console_announces_a_confirmation_once_then_the_recovery():
     sink = ConsoleSink(out)
     for r in (report(10), report(20, finding("suspected")), report(40, finding("straggler")),
               report(50, finding("straggler")), report(60, finding("recovered", since=60)), report(70)):
-        sink(r)
+        sink.write(r)
     lines = out.getvalue().splitlines()
     assert lines == [
         "[straggler] step 40: rank 1 straggler in forward since step 40: 1.30x its group, 3 of 3 reports; cause: compute",
@@ -60,9 +60,9 @@ def test_the_console_announces_a_confirmation_once_then_the_recovery():
 def test_a_healthy_run_prints_nothing_without_verbose_and_the_table_with_it():
     quiet, loud = io.StringIO(), io.StringIO()
     for r in (report(10), report(20), report(30, finding("suspected"))):
-        ConsoleSink(quiet)(r)
+        ConsoleSink(quiet).write(r)
     sink = ConsoleSink(loud, verbose=True)
-    sink(report(30, finding("suspected")))
+    sink.write(report(30, finding("suspected")))
     assert quiet.getvalue() == ""
     text = loud.getvalue()
     assert "rank 1 suspected in forward" in text and "mean ms" in text and "forward" in text
@@ -73,7 +73,7 @@ def test_the_summary_headline_names_the_confirmed_straggler():
     assert summary.headline() == "no straggler confirmed in 0 reports"
     for r in (report(10), report(20, finding("suspected")), report(40, finding("straggler", ratio=1.2)),
               report(50, finding("straggler", ratio=1.4)), report(60, finding("straggler", ratio=1.5)), report(70)):
-        summary(r)
+        summary.write(r)
     (c,) = summary.confirmed()
     assert (c.rank, c.stage, c.first_step, c.reports, c.reports_after, c.cause, c.median_excess_ms) == \
         (1, "forward", 40, 3, 4, "compute", 3.0)
@@ -85,7 +85,7 @@ def test_the_summary_headline_names_the_confirmed_straggler():
 
 def test_the_jsonl_line_carries_the_verdict(tmp_path):
     sink = JsonlSink(str(tmp_path / "s.jsonl"))
-    sink(report(40, finding("straggler")))
+    sink.write(report(40, finding("straggler")))
     sink.close()
     line = json.loads((tmp_path / "s.jsonl").read_text())
     assert line["verdict"]["status"] == "straggler"
@@ -96,11 +96,11 @@ def test_the_jsonl_line_carries_the_verdict(tmp_path):
 
 def test_the_store_sink_writes_the_verdict_the_monitor_reads_back(tmp_path):
     sink = StoreSink(f"file://{tmp_path}/store?job=v", flush_interval_s=0.05)
-    sink(report(30, finding("suspected")))
+    sink.write(report(30, finding("suspected")))
     imbalance = Finding(rank=-1, group=1, stage="backward", state="imbalance", since_step=20, confidence=0.75,
                         ratio=1.5, persistent=True, by_window=False, cause="imbalance",
                         facts=finding("straggler").facts)
-    sink(report(40, finding("straggler", ratio=1.3), imbalance))
+    sink.write(report(40, finding("straggler", ratio=1.3), imbalance))
     assert sink.flush(timeout_s=30)
     sink.close()
     store = open_store(f"file://{tmp_path}/store")
