@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 from relax_straggler.config import StragglerConfig
 from relax_straggler.hang.diagnose import HangAnswer
+from relax_straggler.metric_names import HANG_ANSWER
 from relax_straggler.reporters.base import HangEvent, Sink
 from relax_straggler.reporters.factory import build_sinks
 
@@ -27,7 +28,7 @@ def hang_event(answer: HangAnswer) -> HangEvent:
     """The event carrying `answer`: its step (the newest step ended), its text and its
     straggler/hang/* metrics."""
     metrics = answer.metrics()
-    return HangEvent(step=answer.step, answer=metrics["straggler/hang/answer"], metrics=metrics)
+    return HangEvent(step=answer.step, answer=metrics[HANG_ANSWER], metrics=metrics)
 
 
 class HangPublisher:
