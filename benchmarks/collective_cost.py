@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import ext
-from relax_straggler.stages import STAGES
+from relax_straggler.common.stages import STAGES
 
 
 def per_call_ns(calls: int, x: torch.Tensor) -> float:

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relax_straggler import detect  # noqa: E402
+from relax_straggler.window import detector as detect
 
 STAGES = ("forward", "backward", "optimizer", "data", "attention", "moe", "communication", "communication/allreduce")
 BASE_MS = np.array([40.0, 80.0, 10.0, 3.0, 20.0, 15.0, 30.0, 12.0])

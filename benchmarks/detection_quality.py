@@ -46,7 +46,7 @@ Detectors (--sequential-budget 0 runs the confirmed verdict without its sequenti
                        analyzer's per-step rule, communication by late arrival)
   Greyhound-style      per step: t >= median x 1.1 (10 % slowdown), late arrival in communication
   NVRx-style           per step: relative score median / t < 0.75 on compute stages only
-  ensemble             window detector (relax_straggler.window.WindowDetector): last 50
+  ensemble             window detector (relax_straggler.window.live.WindowDetector): last 50
                        steps, every 10 steps, default WindowConfig (most votes, >= 3 of 6)
   confirmed verdict    the product's decision as install() builds it from the default flags
                        (ConfirmConfig.from_config(StragglerConfig()): the window ensemble
@@ -76,9 +76,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from relax_straggler._ext import core  # noqa: E402
 from relax_straggler.config import StragglerConfig  # noqa: E402
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict, VerdictResult  # noqa: E402
-from relax_straggler.detect import WindowConfig  # noqa: E402
-from relax_straggler.window import WindowDetector  # noqa: E402
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict, VerdictResult  # noqa: E402
+from relax_straggler.window.detector import WindowConfig  # noqa: E402
+from relax_straggler.window.live import WindowDetector  # noqa: E402
 
 STAGES = ("forward", "backward", "optimizer", "communication", "data")
 COMPUTE = (0, 1, 2)  # forward, backward, optimizer

@@ -196,7 +196,7 @@ def journal_seed(work: Path) -> JournalSeed:
     """The journal seed of the module docstring, written by the monitor."""
     from relax_straggler.monitor.service import Monitor, MonitorConfig
     from relax_straggler.stores.file import FileStore
-    from relax_straggler.topology import Topology
+    from relax_straggler.common.topology import Topology
 
     root = work / "seed-journal"
     now = [T0 - 100.0]

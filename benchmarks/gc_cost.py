@@ -2,7 +2,7 @@
 
     python benchmarks/gc_cost.py [--repeats 15] [--number 20000] [--out runs/gc_cost.json]
 
-The measurement is relax_straggler.gc_pauses.GcPauses, as the analyzer installs it:
+The measurement is relax_straggler.live.gc_pauses.GcPauses, as the analyzer installs it:
 
   callback, per collection    gc.collect(0) of an empty young generation with the callback
                               installed minus without it: the two calls of the callback
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from relax_straggler.gc_pauses import GcPauses
+from relax_straggler.live.gc_pauses import GcPauses
 
 GROWTH = 30_000
 HEAP = 1_000_000

@@ -22,7 +22,7 @@ import time
 
 def measure(jobs: int, samples: int) -> dict:
     from relax_straggler.monitor.service import Monitor, MonitorConfig
-    from relax_straggler.topology import Topology
+    from relax_straggler.common.topology import Topology
 
     workdir = tempfile.mkdtemp(prefix="monitor-state-")
     try:

@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict  # noqa: E402
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict  # noqa: E402
 
 STAGES = ("forward", "backward", "optimizer", "communication", "data")
 LAYOUTS = ((1024, 1024), (1024, 32), (1024, 2), (8192, 8192), (8192, 32))  # (ranks, group size)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from detection_quality import STAGES, Scenario, generate_jitter  # noqa: E402
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict  # noqa: E402
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict  # noqa: E402
 
 BUDGETS = (1e-3, 1e-2, 1e-1)
 

@@ -4,12 +4,12 @@ host, and the metrics rank's judge measured on synthetic rows up to 100k ranks.
 Part 1 (`--procs N`, several values): N processes on this host (forked from this one, after
 its imports), CPU tensors, no model. Each
 initialises a Gloo default group (standing for the training group), then builds the
-analyzer's side channel exactly as install() does (relax_straggler.side_channel.open_side_channel:
+analyzer's side channel exactly as install() does (relax_straggler.live.side_channel.open_side_channel:
 the flat SideGroupGather, or the hierarchical one with --node-size) and runs `--reports`
 sampled steps: each rank joins a default-group barrier (so every gather starts together,
 as ranks in lockstep do), then launches the product's gather of one payload row
 (ROW_LEN + STATUS_LEN float64) and, every step, the decision broadcast
-(relax_straggler.lockstep.LockstepChannel). Measured per rank: sockets (links to socket:[...]
+(relax_straggler.live.lockstep.LockstepChannel). Measured per rank: sockets (links to socket:[...]
 in /proc/self/fd) before the side channel, after its creation and after the reports (lazy
 connections open on first use), the creation's wall time and the resident memory the side
 channel and its reports added (VmRSS after the reports less before the channel); on the metrics rank
@@ -103,9 +103,9 @@ def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_
     import torch.distributed as dist
 
     from relax_straggler.config import StragglerConfig
-    from relax_straggler.lockstep import LockstepChannel
-    from relax_straggler.payload import ROW_LEN
-    from relax_straggler.side_channel import open_side_channel
+    from relax_straggler.live.lockstep import LockstepChannel
+    from relax_straggler.common.payload import ROW_LEN
+    from relax_straggler.live.side_channel import open_side_channel
 
     os.environ["LOCAL_WORLD_SIZE"] = str(node_size or world)
     os.environ["LOCAL_RANK"] = str(rank % (node_size or world))
@@ -202,11 +202,11 @@ def run_procs(world: int, reports: int, lazy: bool, node_size: int, fanout: int,
 
 def planned_connections(ranks: int, node_size: int, fanout: int, lazy: bool) -> dict[str, int]:
     """Peers each rank connects to in the hierarchical channel's gathers, from its plan
-    (relax_straggler.side_tree.plan), and the Gloo groups it is in (each listens on one
+    (relax_straggler.live.side_tree.plan), and the Gloo groups it is in (each listens on one
     socket; the decisions' group is one more): {"metrics_rank": peers, "other_max": the most
     any other rank has, "groups_max": groups}. Eager groups connect every pair; lazy ones
     only what a gather uses (a member its root, a root its members)."""
-    from relax_straggler.side_tree import plan
+    from relax_straggler.live.side_tree import plan
 
     peers = [0] * ranks
     groups = [1] * ranks  # the decisions' group
@@ -220,8 +220,8 @@ def planned_connections(ranks: int, node_size: int, fanout: int, lazy: bool) -> 
 
 def _synthetic(ranks: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
     """(base rows (ranks, ROW_LEN), column index of each core stage's device and host ms)."""
-    from relax_straggler.payload import FIELDS, HEADER, pack
-    from relax_straggler.stages import STAGE_IDS, STAGES
+    from relax_straggler.common.payload import FIELDS, HEADER, pack
+    from relax_straggler.common.stages import STAGE_IDS, STAGES
 
     core_stages = ("forward", "backward", "optimizer", "communication", "data")
     device = np.full(len(STAGES), np.nan)
@@ -240,8 +240,8 @@ def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
     """Mean us per report of the report thread's judging at `ranks` synthetic ranks."""
     from relax_straggler import StragglerConfig
     from relax_straggler.judge import Judge
-    from relax_straggler.payload import unpack
-    from relax_straggler.report import build_report
+    from relax_straggler.common.payload import unpack
+    from relax_straggler.judge.report import build_report
 
     rng = np.random.default_rng(seed)
     base, cols = _synthetic(ranks, rng)

@@ -10,7 +10,7 @@ Training thread, stage timer (csrc/torch/stage_timer.cpp):
                            host time less the union of its 6 sections and 2 collectives
   Run it against a build without the measurement (PYTHONPATH at such a checkout) for the
   difference: the figures are absolute.
-Stack sampler (relax_straggler/stack_sampler.py), armed only on a rank the metrics rank named:
+Stack sampler (relax_straggler/live/stack_sampler.py), armed only on a rank the metrics rank named:
   one sample               sys._current_frames() and the walk to the user's frame, on the
                            sampler thread, with the training thread 40 frames deep
   training step, sampled   a ~20 ms CPU-bound Python step of the training thread while the
@@ -30,7 +30,7 @@ import threading
 import time
 
 from relax_straggler._ext import ext
-from relax_straggler.stages import STAGES
+from relax_straggler.common.stages import STAGES
 
 
 def timer_step_ns(sampled: bool, number: int) -> float:
@@ -58,7 +58,7 @@ def deep(n: int, fn):
 
 def one_sample_ns(number: int) -> float:
     """Mean ns of one sample of a thread 40 frames deep, taken from this thread."""
-    from relax_straggler.stack_sampler import user_frame
+    from relax_straggler.live.stack_sampler import user_frame
 
     ready, done = threading.Event(), threading.Event()
     holder = {}
@@ -92,7 +92,7 @@ def work_step(iterations: int) -> float:
 
 
 def sampled_step_cost_us(repeats: int) -> dict:
-    from relax_straggler.stack_sampler import SAMPLES, StackSampler
+    from relax_straggler.live.stack_sampler import SAMPLES, StackSampler
 
     iterations = 1
     while work_step(iterations) < 0.02:

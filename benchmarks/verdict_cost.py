@@ -1,8 +1,8 @@
 """What the confirmed verdict adds to a report on the metrics rank, end to end in Python.
 
-Per report the live analyzer judges the gathered rows (relax_straggler.report.build_report:
+Per report the live analyzer judges the gathered rows (relax_straggler.judge.report.build_report:
 unpack, the per-step RFC verdict judge_step, the metrics) and then feeds the judged matrix
-to the confirmed verdict (relax_straggler.confirm.ConfirmedVerdict.update: the tracker, and
+to the confirmed verdict (relax_straggler.judge.confirm.ConfirmedVerdict.update: the tracker, and
 every `window_every` reports the window ensemble over the last `window_size`). This times
 both on the same synthetic rows (5 core stages of ~40 ms with 1.5 % jitter, one rank 30 %
 slower in forward) for a job judged as one group and within pipeline stages, with the
@@ -20,11 +20,11 @@ import time
 import numpy as np
 
 from relax_straggler import StragglerConfig
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
-from relax_straggler.payload import pack, unpack
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.common.payload import pack, unpack
 from relax_straggler.judge.columns import all_stages
-from relax_straggler.report import build_report
-from relax_straggler.stages import STAGE_IDS, STAGES
+from relax_straggler.judge.report import build_report
+from relax_straggler.common.stages import STAGE_IDS, STAGES
 
 CORE = ("forward", "backward", "optimizer", "communication", "data")
 

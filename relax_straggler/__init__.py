@@ -17,16 +17,16 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "Analyzer": "relax_straggler.analyzer",
-    "NullAnalyzer": "relax_straggler.analyzer",
-    "install": "relax_straggler.analyzer",
-    "JoinTimeout": "relax_straggler.join",
-    "section": "relax_straggler.analyzer",
+    "Analyzer": "relax_straggler.live.analyzer",
+    "NullAnalyzer": "relax_straggler.live.analyzer",
+    "install": "relax_straggler.live.analyzer",
+    "JoinTimeout": "relax_straggler.live.join",
+    "section": "relax_straggler.live.analyzer",
     "StragglerConfig": "relax_straggler.config",
     "add_arguments": "relax_straggler.config",
     "from_args": "relax_straggler.config",
-    "Report": "relax_straggler.report",
-    "STAGES": "relax_straggler.stages",
+    "Report": "relax_straggler.judge.report",
+    "STAGES": "relax_straggler.common.stages",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -1,9 +1,9 @@
 """StragglerConfig: the six established analysis flags plus the few knobs a deployment needs.
 
 `add_arguments(parser)` adds one ``--straggler-*`` flag per field and `from_args(args)`
-reads them back; both are derived from the fields (relax_straggler.dataclass_flags), so the
+reads them back; both are derived from the fields (relax_straggler.common.dataclass_flags), so the
 argparse group mirrors this dataclass one to one. The six established flags keep their
-names and defaults; the thresholds' defaults and bounds are relax_straggler.thresholds'.
+names and defaults; the thresholds' defaults and bounds are relax_straggler.common.thresholds'.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from relax_straggler import thresholds
-from relax_straggler.dataclass_flags import add_field_flags, config_from_args, flag_field
-from relax_straggler.validators import is_finite, is_int, require_int, require_window_size
+from relax_straggler.common import thresholds
+from relax_straggler.common.dataclass_flags import add_field_flags, config_from_args, flag_field
+from relax_straggler.common.validators import is_finite, is_int, require_int, require_window_size
 
 _DEST_PREFIX = "straggler_"
 

@@ -1,5 +1,5 @@
 // Python bindings of the confirmed verdict (csrc/core/confirm) as the submodule
-// relax_straggler._core.confirm. relax_straggler/confirm.py wraps it in frozen
+// relax_straggler._core.confirm. relax_straggler/judge/confirm.py wraps it in frozen
 // dataclasses; call that instead. update() releases the GIL while the engine runs, and
 // std::invalid_argument surfaces as ValueError.
 #include <pybind11/numpy.h>

@@ -1,5 +1,5 @@
 // Python bindings of the window detector (csrc/core/detect) as the submodule
-// relax_straggler._core.detect. relax_straggler/detect.py wraps it in plain dataclasses;
+// relax_straggler._core.detect. relax_straggler/window/detector.py wraps it in plain dataclasses;
 // call that instead. Every function releases the GIL while the engine runs, and
 // std::invalid_argument surfaces as ValueError.
 #include <pybind11/eigen.h>

@@ -1,6 +1,6 @@
 // Python bindings of the kernel records (csrc/cupti) and of the cause they support
 // (csrc/core/confirm/kernel_cause.h) as the submodule relax_straggler._core.kernels.
-// relax_straggler/kernel_evidence.py wraps them; call that instead.
+// relax_straggler/live/kernel_evidence.py wraps them; call that instead.
 //
 // KernelStats (the torch-free statistics) is always there, so tests feed it synthetic
 // activity records, and so is SectionRecorder, a section observer for the stage timer whose

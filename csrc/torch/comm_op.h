@@ -1,5 +1,5 @@
 // Collective kinds as the timer groups them; the first seven are the per-op
-// communication stages (`communication/<op>`, relax_straggler.stages.COMMUNICATION_OPS
+// communication stages (`communication/<op>`, relax_straggler.common.stages.COMMUNICATION_OPS
 // order), kOther holds reduce, gather, scatter and barrier (counted in the total only).
 #pragma once
 

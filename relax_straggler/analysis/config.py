@@ -1,24 +1,24 @@
 """Thresholds of offline analysis. The CLI's flags are derived from these fields
-(relax_straggler.dataclass_flags), one flag per field."""
+(relax_straggler.common.dataclass_flags), one flag per field."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relax_straggler import thresholds
-from relax_straggler.dataclass_flags import flag_field
+from relax_straggler.common import thresholds
+from relax_straggler.common.dataclass_flags import flag_field
 
 
 @dataclass(frozen=True)
 class AnalyzeConfig:
     """relative_threshold, absolute_ms_threshold: for the confirmed verdict a time is slow when
     t >= ref x relative or t - ref >= absolute (ms), the slow-rank rule (defaults:
-    relax_straggler.thresholds); the per-step attribution asks both. min_impact: an excess
+    relax_straggler.common.thresholds); the per-step attribution asks both. min_impact: an excess
     below this fraction of the step time is not flagged by the attribution. p2p_ratio,
     jump_ratio, baseline_ratio, slow_step_ratio, slow_step_window: pipeline send/recv rules
     (csrc/core/attribute/worker_grid.h).
     persistence: fraction of steps a finding must hold in to be an anomaly (else transient).
-    ensemble_steps: also run the six-clusterer window detector (relax_straggler.detect) on the
+    ensemble_steps: also run the six-clusterer window detector (relax_straggler.window.detector) on the
     last this many steps and add its votes to the output; 0 = off. Memory: ensemble_steps x
     ranks x 14 stages x 8 bytes."""
 

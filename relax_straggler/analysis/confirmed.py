@@ -1,5 +1,5 @@
 """The confirmed verdict over a recorded run: the live analyzer's decision
-(relax_straggler.confirm) fed the input's per-rank steps in order, ranks compared within
+(relax_straggler.judge.confirm) fed the input's per-rank steps in order, ranks compared within
 their pipeline stage, so `analyze` and the monitor name a straggler the way the training
 job would have."""
 
@@ -12,14 +12,14 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
-from relax_straggler.stages import STAGES
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.common.stages import STAGES
 
 
 @dataclass(frozen=True)
 class ConfirmedStraggler:
     """A (rank, stage) the verdict confirmed: since_step: its first confirmation; steps: steps
-    that named it; ratio: the finding's ratio (relax_straggler.confirm.Finding.ratio, one
+    that named it; ratio: the finding's ratio (relax_straggler.judge.confirm.Finding.ratio, one
     definition in docs/METRICS.md) in the last step that named it; cause: the inferred cause
     most often given."""
 

@@ -11,16 +11,16 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.analysis.engine import COLLECTIVE_STAGES, COMPUTE_STAGES, RunResult
-from relax_straggler.analysis.ensemble import EnsembleVotes
+from relax_straggler.window.ensemble import EnsembleVotes
 from relax_straggler.analysis.minmax import LIMITATIONS as MINMAX_LIMITATIONS
 from relax_straggler.analysis.result import (Analysis, Anomaly, BaselineOutlier, InputFacts, Jump, LateArrivalCount,
                                              PipelineEvidence, RankScores, StageDetail, Verdict)
-from relax_straggler.stages import STAGES
-from relax_straggler.topology import Topology
+from relax_straggler.common.stages import STAGES
+from relax_straggler.common.topology import Topology
 
 # Each anomaly kind in words: the anomaly's `cause` text. The kinds are the offline
 # attribution's own (which worker, stage or link); a cause name of the confirmed verdict
-# is one of relax_straggler.confirm.CAUSES.
+# is one of relax_straggler.judge.confirm.CAUSES.
 KIND_EXPLANATIONS = {
     "individual": "this worker computes slower than its data-parallel replicas (device, thermals, host)",
     "structural": "every data-parallel replica of this pipeline stage is slower: stage partitioning imbalance",

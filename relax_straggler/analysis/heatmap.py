@@ -4,7 +4,7 @@ Rows are ranks (ordered by pipeline stage, data-parallel rank, tensor-parallel r
 columns windows of steps, time running left to right; a cell is the rank's compute time
 over the median of its data-parallel replicas in the same pipeline stage, the step value
 `per_rank.compute_slowdown` averages (analysis/rank_timeline.py), averaged over the
-window. One meaning, one fixed scale (slowdown_image.py): white as fast as its replicas,
+window. One meaning, one fixed scale (common/slowdown_image.py): white as fast as its replicas,
 dark red slow. A straggler that starts mid-run is a red band from its first window on; a
 slow pipeline stage is pale (its ranks are compared within the stage: see the report's
 imbalance findings). Collective times are not drawn: a long wait marks the ranks that
@@ -17,7 +17,7 @@ Thousands of ranks or steps are aggregated as rank_timeline.py says, and the tit
 from __future__ import annotations
 
 from relax_straggler.analysis.rank_timeline import TimelineGrid
-from relax_straggler.slowdown_image import draw_slowdown, figure_for, hottest_row, save, set_ticks, wrapped
+from relax_straggler.common.slowdown_image import draw_slowdown, figure_for, hottest_row, save, set_ticks, wrapped
 
 _TITLE_PT, _NOTE_PT = 10, 8
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 
 
 @dataclass(frozen=True)

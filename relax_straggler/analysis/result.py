@@ -15,7 +15,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from relax_straggler.analysis.confirmed import ConfirmedSummary
-from relax_straggler.analysis.ensemble import EnsembleVotes
+from relax_straggler.window.ensemble import EnsembleVotes
 
 
 @dataclass(frozen=True)

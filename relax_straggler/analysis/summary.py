@@ -45,7 +45,7 @@ from relax_straggler.analysis.engine import RunResult
 from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.findings import build_analysis
 from relax_straggler.analysis.result import Analysis, RankScores, Verdict
-from relax_straggler.serialization import json_safe
+from relax_straggler.common.serialization import json_safe
 
 
 def build_summary(result: RunResult) -> dict:

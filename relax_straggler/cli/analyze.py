@@ -18,7 +18,7 @@ from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.cli.common import add_output_arguments, add_progress_argument, error, note
 from relax_straggler.cli.inputs import (FLIGHT_RECORDER, FORMATS, add_input_arguments, input_path_error,
                                        read_reporting_errors, topology_from_args)
-from relax_straggler.dataclass_flags import add_field_flags, config_from_args
+from relax_straggler.common.dataclass_flags import add_field_flags, config_from_args
 
 __all__ = ["FORMATS", "register", "run"]
 

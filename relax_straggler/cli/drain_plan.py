@@ -74,7 +74,7 @@ def _from_store(args: argparse.Namespace) -> dict:
     from relax_straggler.readers.base import InputError
     from relax_straggler.stores.base import StoreError
     from relax_straggler.stores.opener import open_store
-    from relax_straggler.topology import Topology
+    from relax_straggler.common.topology import Topology
 
     try:
         store = open_store(args.source, create=False)

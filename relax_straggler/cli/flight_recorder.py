@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from relax_straggler.cli.common import add_output_arguments, error
 from relax_straggler.cli.inputs import add_layout_arguments, read_reporting_errors, topology_from_args
-from relax_straggler.metric_names import HANG_ANSWER, HANG_KIND
+from relax_straggler.common.metric_names import HANG_ANSWER, HANG_KIND
 
 
 def register(subparsers) -> None:

@@ -101,7 +101,7 @@ def input_path_error(path: str) -> Optional[int]:
 def topology_from_args(args: argparse.Namespace):
     """The layout of --dp/--pp/--tp/--dsp (missing sizes are 1), or None when none is given.
     Raises ValueError for a size < 1 or a world beyond MAX_WORLD_SIZE."""
-    from relax_straggler.topology import make_layout
+    from relax_straggler.common.topology import make_layout
 
     sizes = (args.dp, args.pp, args.tp, args.dsp)
     if all(x is None for x in sizes):

@@ -108,7 +108,7 @@ def _launch(args: argparse.Namespace) -> int:
         if not result_json.exists():
             return code or 1
         verdict = json.loads(result_json.read_text())
-    from relax_straggler import parity
+    from relax_straggler.demo import parity
 
     if not verdict["deterministic"]:
         return parity.EXIT_NONDETERMINISTIC
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from relax_straggler import parity
+    from relax_straggler.demo import parity
 
     if args.deterministic:
         # warn_only: an op without a deterministic kernel warns instead of raising, and the

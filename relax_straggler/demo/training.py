@@ -1,4 +1,4 @@
-"""The demo's training as a parity factory (relax_straggler.parity): the GPT of
+"""The demo's training as a parity factory (relax_straggler.demo.parity): the GPT of
 examples/train_gpt.py with AdamW, a data section and a workload per step."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from relax_straggler.demo.data import Batches, load_corpus
 from relax_straggler.demo.gpt import GPT, GPTConfig, train_step
-from relax_straggler.parity import AnyAnalyzer, ParityTraining, TrainingFactory
+from relax_straggler.demo.parity import AnyAnalyzer, ParityTraining, TrainingFactory
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Optional
 
-from relax_straggler.metric_names import HANG_ANSWER, HANG_DETECTED, HANG_KIND, HANG_PREFIX
+from relax_straggler.common.metric_names import HANG_ANSWER, HANG_DETECTED, HANG_KIND, HANG_PREFIX
 
 LAGGING, MISSING, DESYNC, ANALYZER, NONE = "lagging", "missing", "desync", "analyzer", "none"
 # How a rank without a snapshot is named, for one rank and for several: the live wording.

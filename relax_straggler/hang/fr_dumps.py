@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from relax_straggler.readers.base import InputError
-from relax_straggler.topology import MAX_WORLD_SIZE
-from relax_straggler.validators import is_int
+from relax_straggler.common.topology import MAX_WORLD_SIZE
+from relax_straggler.common.validators import is_int
 
 DEFAULT_PREFIX = "nccl_trace_rank_"
 STATES = ("scheduled", "started", "completed")

@@ -3,7 +3,7 @@
 Megatron-Core's schedules, p2p communication, gradient finalization and optimizer call
 ``config.timers(name, log_level=...).start()`` / ``.stop()`` whenever ``config.timers``
 is set. `MegatronTimers` answers those calls: a name that means a stage
-(relax_straggler.megatron_timers.live_stage) opens and closes that stage on sampled
+(relax_straggler.common.megatron_timers.live_stage) opens and closes that stage on sampled
 steps (a relaxed atomic load otherwise), never synchronizing and never joining a
 barrier (``barrier=`` is handed to the chained Timers only). It chains to the Timers object that was there, so Megatron-LM's own
 timing and logging go on unchanged. Because the schedules only look at
@@ -12,7 +12,7 @@ built on its ``forward_step`` / ``backward_step`` (Relax's streaming schedules) 
 patching Megatron-Core.
 
 On sampled steps the compute and p2p timers (and the gradient sync) are also recorded as
-per-op data (relax_straggler.op_records) for the live what-if replay, each rank tagged with
+per-op data (relax_straggler.live.op_records) for the live what-if replay, each rank tagged with
 its (dp_rank, pp stage) from Megatron-Core's parallel state (docs/WHATIF.md, "Live").
 
 `install()` puts it together for a Megatron training loop:
@@ -41,14 +41,14 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import ext
-from relax_straggler.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
-from relax_straggler.analyzer import install as install_analyzer
+from relax_straggler.live.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
+from relax_straggler.live.analyzer import install as install_analyzer
 from relax_straggler.config import StragglerConfig
-from relax_straggler.megatron_timers import live_stage
-from relax_straggler.module_stages import ModuleStageHooks
-from relax_straggler.op_records import OpRecorder
-from relax_straggler.payload import DEFAULT_MAX_OPS, OP_TYPE_IDS
-from relax_straggler.stages import stage_id
+from relax_straggler.common.megatron_timers import live_stage
+from relax_straggler.live.module_stages import ModuleStageHooks
+from relax_straggler.live.op_records import OpRecorder
+from relax_straggler.common.payload import DEFAULT_MAX_OPS, OP_TYPE_IDS
+from relax_straggler.common.stages import stage_id
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ _COMPUTE_OPS = frozenset(OP_TYPE_IDS[n] for n in ("forward-compute", "backward-c
 
 class _StageView:
     """One named timer: opens/closes a stage and forwards to the chained timer; a name of
-    the per-op vocabulary (relax_straggler.payload.OP_TYPES) is also recorded as an op.
+    the per-op vocabulary (relax_straggler.common.payload.OP_TYPES) is also recorded as an op.
 
     Start: chained timer first (its barrier and synchronize stay outside our section);
     stop: ours first. Any other attribute (elapsed, reset, ...) is the chained timer's.
@@ -151,7 +151,7 @@ class MegatronTimers:
     timer: an analyzer's StageTimer (``analyzer.timer``). inner: the Timers object to
     chain to (Megatron's ``Timers``) or None. ops: the analyzer's per-op recorder
     (``analyzer.ops``), or None to record no ops. stages: {timer name: stage} to use instead
-    of the Megatron vocabulary (relax_straggler.megatron_timers.live_stage); every stage
+    of the Megatron vocabulary (relax_straggler.common.megatron_timers.live_stage); every stage
     must be in relax_straggler.STAGES (ValueError otherwise).
     ``timers(name, log_level=None)`` returns a timer with start/stop(barrier=False);
     names outside `stages` get the chained timer (or a no-op one). log/write and any

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from relax_straggler.payload import KernelMatrix
-from relax_straggler.stages import STAGES
+from relax_straggler.common.payload import KernelMatrix
+from relax_straggler.common.stages import STAGES
 
 
 def all_stages(ms: np.ndarray, stages: tuple[str, ...]) -> np.ndarray:

@@ -9,12 +9,12 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from relax_straggler.config import StragglerConfig
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.judge.columns import all_stages, kernel_all_stages
 from relax_straggler.judge.history import ConfigHistory
-from relax_straggler.payload import Gathered
-from relax_straggler.report import Report, build_report
-from relax_straggler.stages import STAGES
+from relax_straggler.common.payload import Gathered
+from relax_straggler.judge.report import Report, build_report
+from relax_straggler.common.stages import STAGES
 from relax_straggler.whatif.live import LiveWhatIf
 
 # The StragglerConfig fields runtime control may change while the run is judged.
@@ -24,9 +24,9 @@ THRESHOLDS = ("relative_threshold", "absolute_ms_threshold")
 class Judge:
     """Judges a run's sampled steps in step order, each once, from its gathered rows.
 
-    Per step: the per-step rule (relax_straggler.report.build_report: the RFC thresholds of
+    Per step: the per-step rule (relax_straggler.judge.report.build_report: the RFC thresholds of
     the step's config, late arrivals, the loss counters), then, across reports, the
-    confirmed verdict (relax_straggler.confirm: the window ensemble as its second witness,
+    confirmed verdict (relax_straggler.judge.confirm: the window ensemble as its second witness,
     the kernel, run-queue and GC causes, the confirmed rank's stack) and the live what-if
     of the step's per-op rows. The confirmed verdict starts over when a threshold change
     reaches the steps judged: its evidence was weighed against the old bar.

@@ -3,7 +3,7 @@ job into a store under a new job id, iteration by iteration, with fresh timestam
 chosen speed, as a live job would, for the monitor's demos and tests.
 
 Steps (readers.base.StepTimes, ms) become megatron_metrics rows, one per (rank, timer),
-each stage under relax_straggler.megatron_timers.stage_timer_name:
+each stage under relax_straggler.common.megatron_timers.stage_timer_name:
 
     forward -> forward-compute       backward -> backward-compute     optimizer -> optimizer
     data -> batch-generator          communication -> all-grads-sync
@@ -47,8 +47,8 @@ import pyarrow as pa
 from relax_straggler.stores import end_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
 from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, StepTimes
-from relax_straggler.megatron_timers import stage_timer_name, timer_meaning
-from relax_straggler.stages import STAGE_IDS, STAGES
+from relax_straggler.common.megatron_timers import stage_timer_name, timer_meaning
+from relax_straggler.common.stages import STAGE_IDS, STAGES
 
 _ALLREDUCE = STAGE_IDS["communication/allreduce"]
 _TIMER_COLUMNS = [(STAGE_IDS[s], stage_timer_name(s)) for s in STAGES]

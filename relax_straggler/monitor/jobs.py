@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 
 # Status changes kept per job (oldest dropped).
 MAX_TRANSITIONS = 50

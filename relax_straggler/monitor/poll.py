@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from relax_straggler.metric_names import END_METRIC, HANG_METRIC
+from relax_straggler.common.metric_names import END_METRIC, HANG_METRIC
 from relax_straggler.monitor.analyses import AnalysisPool
 from relax_straggler.monitor.connection import StoreConnection
 from relax_straggler.monitor.jobs import JobRecord

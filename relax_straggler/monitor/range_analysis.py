@@ -1,6 +1,6 @@
 """One triggered analysis of the monitor: the rows of a job's slow iterations, through the
 offline engine (pipeline attribution, relax_straggler.analysis.engine.analyze) and the
-six-clusterer window detector (relax_straggler.analysis.ensemble, with no warm-up: the
+six-clusterer window detector (relax_straggler.window.ensemble, with no warm-up: the
 range is exactly the slow iterations), into the JSON the API serves.
 
 The straggler named is the first anomaly of the attribution (most steps flagged, then the
@@ -21,18 +21,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from relax_straggler.analysis import Analysis, AnalyzeConfig, analyze, build_analysis
-from relax_straggler.analysis.ensemble import EnsembleVotes, StepHistory, run_ensemble
+from relax_straggler.window.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.result import Anomaly
 from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.summary import verdict_dict
-from relax_straggler.detect import WindowConfig
-from relax_straggler.metric_names import FINDING_METRIC, VERDICT_METRIC
+from relax_straggler.window.detector import WindowConfig
+from relax_straggler.common.metric_names import FINDING_METRIC, VERDICT_METRIC
 from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import Sample, Store, table_to_samples
 from relax_straggler.monitor.picture import window_picture
 from relax_straggler.monitor.trigger import IterationRange
 from relax_straggler.readers.base import InputError, StepTimes
-from relax_straggler.topology import MAX_WORLD_SIZE, Topology
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.metrics_rows import StoreSource
 
 # Evidence lines kept per result.

@@ -29,7 +29,7 @@ from relax_straggler.monitor.poll import Poller
 from relax_straggler.monitor.trigger import JobDetector, TriggerConfig
 from relax_straggler.monitor.verdict import current_verdict
 from relax_straggler.stores.url import DEFAULT_TABLE, parse_store_url
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import logging
 import os
 from typing import Callable, Optional
 
-from relax_straggler.appending import append_whole
+from relax_straggler.common.appending import append_whole
 
 log = logging.getLogger(__name__)
 

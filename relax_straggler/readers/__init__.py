@@ -31,7 +31,7 @@ from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, Proble
 from relax_straggler.readers.op_records import OpRecords
 
 if TYPE_CHECKING:
-    from relax_straggler.topology import Topology
+    from relax_straggler.common.topology import Topology
 
 STRAGGLER_JSONL = "straggler-jsonl"
 MEGATRON_LOG = "megatron-log"

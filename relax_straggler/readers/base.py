@@ -6,7 +6,7 @@ A reader turns one input file into a stream of steps. Two resolutions exist:
 - ``MinMaxStep``: only the fastest and slowest rank's time per stage (Megatron's default
   ``--timing-log-option minmax``), from which no rank can be named (docs/ANALYZE.md).
 
-Stage columns are always ``relax_straggler.stages.STAGES`` (the closed stage set), NaN
+Stage columns are always ``relax_straggler.common.stages.STAGES`` (the closed stage set), NaN
 where a rank did not run the stage, so every step of every reader has the same columns.
 Times are milliseconds per step; readers convert (the what-if parquet traces are in
 seconds, Chrome traces in microseconds).
@@ -35,8 +35,8 @@ from typing import Iterator, Optional, Protocol, Union
 
 import numpy as np
 
-from relax_straggler.stages import STAGES
-from relax_straggler.topology import Topology
+from relax_straggler.common.stages import STAGES
+from relax_straggler.common.topology import Topology
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The parallel layout of a trace whose records carry their own dp_rank and stage.
 
 The record is the authority on which worker (dp_rank, stage) a rank belongs to; the rank
-formula of relax_straggler.topology (Megatron's default order) is used when it agrees with
+formula of relax_straggler.common.topology (Megatron's default order) is used when it agrees with
 every record, because it also names the ranks the trace did not record. When it does not
 (another rank order, context / sequence-data parallel ranks numbered differently), the
 layout is the table the records give. A declared layout (--dp/--pp/--tp/--dsp, meta file) bounds
@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.readers.base import DENSE_CELLS_FLOOR, DENSE_CELLS_PER_RECORD, InputError, check_dense
-from relax_straggler.topology import MAX_WORLD_SIZE, Layout, Topology
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Layout, Topology
 
 
 def out_of_bounds(topology: Topology, dp: np.ndarray, pp: np.ndarray, rank: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ before it; its values are per-iteration averages over the log interval, in ms.
 The parallel layout comes from Megatron's argument listing in the same log
 (tensor/pipeline/context_parallel_size, virtual_pipeline_model_parallel_size,
 world_size) unless given by the caller; ranks are numbered in Megatron's default order
-(relax_straggler.topology), context-parallel ranks being further ranks of their worker.
+(relax_straggler.common.topology), context-parallel ranks being further ranks of their worker.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.readers.base import (P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, check_dense,
                                           empty_stage_row)
-from relax_straggler.topology import MAX_WORLD_SIZE, Topology, make_layout
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology, make_layout
 from relax_straggler.readers.op_trace import OpNames
-from relax_straggler.stages import STAGES
+from relax_straggler.common.stages import STAGES
 
 CHUNK_BYTES = 8 << 20
 

@@ -1,7 +1,7 @@
 """Timer names of recorded runs (Megatron timer logs, traces, store rows) -> the columns
 a reader fills: a STAGES column and optionally a P2P_OPS column.
 
-The meaning of every name is relax_straggler.megatron_timers' (docs/ANALYZE.md has the
+The meaning of every name is relax_straggler.common.megatron_timers' (docs/ANALYZE.md has the
 table). A reader sums recorded times, so a timer that is part of another timer of the same
 stage (optimizer-*, inside optimizer) is excluded like the timers that are not a stage
 (forward-backward, interval-time, checkpointing, ...): counted in the output, never added
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from relax_straggler.megatron_timers import timer_meaning
+from relax_straggler.common.megatron_timers import timer_meaning
 from relax_straggler.readers.base import P2P_OPS
-from relax_straggler.stages import STAGE_IDS
+from relax_straggler.common.stages import STAGE_IDS
 
 
 @dataclass(frozen=True)

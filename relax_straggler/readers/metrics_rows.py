@@ -6,7 +6,7 @@ Per iteration: one StepTimes row per rank that reported, ranks ascending. A row'
 the sum of its metric_values (ms; one value in practice, several when a timer ran per
 microbatch); rows of one (rank, timer) with different subnames add up. Timer names map
 through relax_straggler.readers.megatron_names.timer_target (stage and p2p columns; the
-vocabulary of relax_straggler.megatron_timers, ``straggler/<stage>`` included, which the live
+vocabulary of relax_straggler.common.megatron_timers, ``straggler/<stage>`` included, which the live
 sink and the feed write for a stage without a Megatron timer); step_ms is the largest
 first value of the iteration's interval-time rows.
 
@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 
 from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, Store, samples_to_table
 from relax_straggler.readers.base import MAX_TIME_MS, P2P_OPS, InputError, Problems, StepTimes, empty_stage_row
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 from relax_straggler.readers.megatron_names import timer_target
 
 FORMAT = "megatron-metrics"

@@ -30,7 +30,7 @@ from relax_straggler.readers.arrow_values import nulls, values
 from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes, check_dense
 from relax_straggler.readers.layout import out_of_bounds, resolve_layout
 from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
-from relax_straggler.topology import MAX_WORLD_SIZE, Topology
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.op_trace import (DuplicateFilter, KeyIndex, OpNames, StepAccumulator, load_meta,
                                               meta_path_for, row_keys)
 

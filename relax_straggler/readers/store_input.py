@@ -16,7 +16,7 @@ from typing import Iterator, Optional
 from relax_straggler.stores.base import StoreError
 from relax_straggler.stores.url import QUERY_PARAMETERS, parse_store_url, redact
 from relax_straggler.readers.base import InputError, StepTimes
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 from relax_straggler.readers.metrics_rows import StoreSource
 
 SCHEMES = ("clickhouse://", "file://")

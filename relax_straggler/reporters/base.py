@@ -14,7 +14,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from relax_straggler.report import Report
+from relax_straggler.judge.report import Report
 
 CLOSE_TIMEOUT_S = 30.0  # close()'s bound when the caller gives none, seconds
 

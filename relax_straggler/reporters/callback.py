@@ -13,7 +13,7 @@ import inspect
 import numbers
 from typing import Any, Callable, Mapping
 
-from relax_straggler.report import Report
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 
 ReportFn = Callable[..., None]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 from typing import Optional, TextIO
 
-from relax_straggler.metric_names import stage_prefix
-from relax_straggler.report import Report
+from relax_straggler.common.metric_names import stage_prefix
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 
 # States worth a line without verbose: what a person acts on.

@@ -7,7 +7,7 @@ state, since_step, confidence, ratio, persistent, by_window, facts {...}, cause}
 "unjudged_ranks"} or null}. A hang answer is a line of the same schema with no stages
 ("stages" [], "device_ms" [], "verdict" null) and its straggler/hang/* metrics. NaN is
 written as null (strict JSON). Each line is written whole
-or not at all (relax_straggler.appending): a reader never meets half a report.
+or not at all (relax_straggler.common.appending): a reader never meets half a report.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import os
 import threading
 import time
 
-from relax_straggler.appending import append_whole
-from relax_straggler.report import Report
+from relax_straggler.common.appending import append_whole
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
-from relax_straggler.serialization import json_safe
+from relax_straggler.common.serialization import json_safe
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from relax_straggler.report import Report
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 from relax_straggler.reporters.console import ConsoleSink
 from relax_straggler.reporters.summary import RunSummary

@@ -22,8 +22,8 @@ from typing import Callable, Optional, Sequence
 # before training, not by the first report that names a straggler.
 import numpy.ma  # noqa: F401
 
-from relax_straggler.payload import PendingRows
-from relax_straggler.report import Report
+from relax_straggler.common.payload import PendingRows
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import Sink
 
 log = logging.getLogger(__name__)

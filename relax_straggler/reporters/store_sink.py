@@ -13,7 +13,7 @@ Rows of one report (step s, timestamp = when the report was converted):
     metric_name                      value (ms, one per row)
     forward-compute, backward-compute, optimizer, batch-generator, all-grads-sync,
     grads-all-reduce, grads-reduce-scatter, params-all-gather
-                                     the stage of that Megatron timer (megatron_timers.py)
+                                     the stage of that Megatron timer (common/megatron_timers.py)
     straggler/<stage>                a stage without a Megatron timer (attention, moe,
                                      communication/broadcast|alltoall|send|recv)
     interval-time                    the rank's timed step: the sum of its core stages
@@ -46,12 +46,12 @@ import pyarrow as pa
 from relax_straggler.stores import end_rows, hang_rows, verdict_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Sample, Store, samples_to_table
 from relax_straggler.stores.url import parse_writer_url
-from relax_straggler.megatron_timers import stage_timer_name
-from relax_straggler.metric_names import (FINDING_METRIC, VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_METRIC,
+from relax_straggler.common.megatron_timers import stage_timer_name
+from relax_straggler.common.metric_names import (FINDING_METRIC, VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_METRIC,
                                           VERDICT_RANK, VERDICT_RATIO, VERDICT_SINCE_STEP, VERDICT_STAGE)
-from relax_straggler.report import Report
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
-from relax_straggler.stages import CORE_STAGES
+from relax_straggler.common.stages import CORE_STAGES
 
 log = logging.getLogger(__name__)
 

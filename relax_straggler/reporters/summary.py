@@ -12,10 +12,10 @@ from typing import Optional
 
 import numpy as np
 
-from relax_straggler.metric_names import stage_prefix
-from relax_straggler.report import Report
+from relax_straggler.common.metric_names import stage_prefix
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
-from relax_straggler.stages import is_communication
+from relax_straggler.common.stages import is_communication
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Flag:
 class Confirmed:
     """A (rank, stage) the confirmed verdict named a straggler: first_step: the since_step of
     its first confirmation; reports: reports that named it; reports_after: reports from its
-    first confirmation on; ratio: the finding's ratio (relax_straggler.confirm.Finding.ratio)
+    first confirmation on; ratio: the finding's ratio (relax_straggler.judge.confirm.Finding.ratio)
     in the last report that named it; median_excess_ms: median of its excess over the group's
     reference (ms) over the reports that named it; cause: the inferred cause most often
     given."""

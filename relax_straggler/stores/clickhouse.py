@@ -42,7 +42,7 @@ from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
 from relax_straggler.stores.clickhouse_rows import arrow_samples, arrow_tables, insert_table
 from relax_straggler.stores.row_rules import MAX_TIMESTAMP as _MAX_TIMESTAMP, check_table
 from relax_straggler.stores.url import parse_store_url, redact
-from relax_straggler.validators import is_int
+from relax_straggler.common.validators import is_int
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 
 import pyarrow as pa
 
-from relax_straggler.metric_names import END_METRIC
+from relax_straggler.common.metric_names import END_METRIC
 from relax_straggler.stores.base import Sample, samples_to_table
 
 END_VALUES = ("last_step", "steps")

@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from relax_straggler.appending import append_whole
+from relax_straggler.common.appending import append_whole
 from relax_straggler.stores.base import (SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError,
                                          samples_to_table, table_to_samples)
 from relax_straggler.stores.row_rules import check_table
@@ -583,7 +583,7 @@ class FileStore:
 
 
 def _append_to(path: str, data: bytes) -> int:
-    """Appends `data` whole or not at all (relax_straggler.appending) to the file at `path`
+    """Appends `data` whole or not at all (relax_straggler.common.appending) to the file at `path`
     (created when missing); returns the offset it starts at. Raises OSError."""
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:

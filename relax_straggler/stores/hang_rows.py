@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import pyarrow as pa
 
-from relax_straggler.metric_names import HANG_METRIC, HANG_PREFIX
+from relax_straggler.common.metric_names import HANG_METRIC, HANG_PREFIX
 from relax_straggler.stores.base import Sample, samples_to_table
 
 HANG_VALUES = ("rank", "seq", "waiting_ranks", "waited_s", "stalled_s")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from relax_straggler.metric_names import FINDING_METRIC, VERDICT_METRIC
+from relax_straggler.common.metric_names import FINDING_METRIC, VERDICT_METRIC
 from relax_straggler.stores.base import Sample
 
 VERDICT_VALUES = ("rank", "since_step", "confidence", "ratio")

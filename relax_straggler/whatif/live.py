@@ -1,8 +1,8 @@
-"""The live what-if replay: one sampled step's gathered per-op rows (relax_straggler.payload,
-recorded by relax_straggler.op_records) through the engine's what-if model, on the metrics
+"""The live what-if replay: one sampled step's gathered per-op rows (relax_straggler.common.payload,
+recorded by relax_straggler.live.op_records) through the engine's what-if model, on the metrics
 rank's report thread. docs/WHATIF.md, "Live".
 
-It publishes straggler/whatif/* and straggler/dropped_ops (relax_straggler.metric_names;
+It publishes straggler/whatif/* and straggler/dropped_ops (relax_straggler.common.metric_names;
 their meanings: docs/METRICS.md): S of the step, its typical value and spread over the
 recent healthy reports, this step's leading worker, the worker named once it leads beyond
 the spread (relax_straggler.whatif.lead), what fixing it gives back, and the model's error.
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from relax_straggler.metric_names import DROPPED_OPS, WHATIF_PREFIX
-from relax_straggler.payload import OP_FIELDS, OP_TYPES, unpack_ops
+from relax_straggler.common.metric_names import DROPPED_OPS, WHATIF_PREFIX
+from relax_straggler.common.payload import OP_FIELDS, OP_TYPES, unpack_ops
 from relax_straggler.readers import OpRecords
 from relax_straggler.whatif.errors import WhatIfInputError
 from relax_straggler.whatif.lead import WhatIfLead

@@ -1,7 +1,7 @@
 """Pictures of a what-if report: the dp_rank x stage heatmap of worker scores
 min(S_dp, S_stage) (the study's Fig. 14: one hot cell = one bad worker, a hot column = a
 bad stage, everything warm = a job-wide cause) on the fixed slowdown scale shared with
-`analyze --heatmap` (relax_straggler/slowdown_image.py), and the simulated ideal timeline
+`analyze --heatmap` (relax_straggler/common/slowdown_image.py), and the simulated ideal timeline
 as a Chrome trace for Perfetto."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from relax_straggler.whatif.result import WhatIfReport
 
 def heatmap_figure(report: WhatIfReport):
     """The dp_rank x stage grid of min(S_dp, S_stage) as a matplotlib Figure, on the fixed
-    slowdown scale of relax_straggler.slowdown_image (white 1.0: nothing lost). More than
+    slowdown scale of relax_straggler.common.slowdown_image (white 1.0: nothing lost). More than
     MAX_ROWS dp ranks (or stages) are merged into runs of consecutive ids, each cell the
     largest score of its run, and the title says so."""
-    from relax_straggler.slowdown_image import (MAX_ROWS, draw_slowdown, figure_for, hottest_row, max_per_bin,
+    from relax_straggler.common.slowdown_image import (MAX_ROWS, draw_slowdown, figure_for, hottest_row, max_per_bin,
                                                 set_ticks, wrapped)
 
     dps, stages = sorted(report.by_dp_rank), sorted(report.by_stage)
@@ -53,7 +53,7 @@ def _id_runs(ids: list[int], run: int) -> list[str]:
 
 def write_heatmap(report: WhatIfReport, path: str | Path) -> None:
     """Writes heatmap_figure(report) as a PNG. Raises OSError when it cannot be written."""
-    from relax_straggler.slowdown_image import save
+    from relax_straggler.common.slowdown_image import save
 
     save(heatmap_figure(report), path)
 

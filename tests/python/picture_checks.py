@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from relax_straggler.slowdown_image import DPI, MAX_FIGURE_IN
+from relax_straggler.common.slowdown_image import DPI, MAX_FIGURE_IN
 
 MAX_PX = (MAX_FIGURE_IN[0] * DPI, MAX_FIGURE_IN[1] * DPI)
 

@@ -18,7 +18,7 @@ from relax_straggler.analysis.heatmap import timeline_figure
 from relax_straggler.analysis.rank_timeline import RankTimeline
 from relax_straggler.cli import main
 from relax_straggler.readers import open_source
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "whatif-traces"
 

@@ -11,7 +11,8 @@ SCRIPT = r"""
 import json, logging, os, sys, tempfile
 import torch, torch.distributed as dist
 import relax_straggler
-from relax_straggler import StragglerConfig, collectives
+from relax_straggler import StragglerConfig
+from relax_straggler.live import collectives
 
 fault = sys.argv[1]
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

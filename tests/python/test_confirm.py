@@ -1,11 +1,11 @@
-"""relax_straggler.confirm: the Python manager of the confirmed verdict (engine in csrc/core/confirm)."""
+"""relax_straggler.judge.confirm: the Python manager of the confirmed verdict (engine in csrc/core/confirm)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 
 STAGES = ("forward", "backward", "communication")
 

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 
 STAGES = ("forward", "backward", "optimizer", "communication", "data")
 ONSET, SHIFT_MS, TILT = 60, 7.3, 3.3

@@ -1,4 +1,4 @@
-"""Runtime control (relax_straggler.control): commands are checked before anything changes,
+"""Runtime control (relax_straggler.live.control): commands are checked before anything changes,
 and a running job switches on every rank at the same step without a loss changing."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from conftest import REAL_RUNS, REPO, torchrun
 from workers.step_times import assert_not_blocked
-from relax_straggler.control import ControlCommand, ControlFile, parse_command
-from relax_straggler.lockstep import LocalLockstep
+from relax_straggler.live.control import ControlCommand, ControlFile, parse_command
+from relax_straggler.live.lockstep import LocalLockstep
 
 pytestmark = REAL_RUNS
 

@@ -7,7 +7,7 @@ from typing import Optional
 import pytest
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.dataclass_flags import add_field_flags, config_from_args, flag_field
+from relax_straggler.common.dataclass_flags import add_field_flags, config_from_args, flag_field
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""relax_straggler.detect.window and WindowDetector: results, metrics, errors, online use."""
+"""relax_straggler.window.detector.window and WindowDetector: results, metrics, errors, online use."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from relax_straggler import detect
-from relax_straggler.window import WindowDetector
+from relax_straggler.window import detector as detect
+from relax_straggler.window.live import WindowDetector
 
 STAGES = ("forward", "backward", "optimizer", "communication")
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from relax_straggler.cli import main
-from relax_straggler.confirm import ConfirmedVerdict
-from relax_straggler.report import Report
+from relax_straggler.judge.confirm import ConfirmedVerdict
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters import ConsoleSink, JsonlSink, RunSummary
 from relax_straggler.reporters.store_sink import StoreSink
 from relax_straggler.stores import verdict_rows

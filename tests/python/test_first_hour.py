@@ -70,7 +70,7 @@ def test_a_process_without_logging_configured_sees_the_lines(monkeypatch, capsys
     narrator.show_by_default()  # a second install adds no second handler
     assert len(logger.handlers) == 1
     logger.handlers[0].stream = __import__("sys").stderr  # capsys's stream
-    logging.getLogger("relax_straggler.analyzer").info("relax_straggler: hello")
+    logging.getLogger("relax_straggler.live.analyzer").info("relax_straggler: hello")
     assert capsys.readouterr().err == "relax_straggler: hello\n"
 
 

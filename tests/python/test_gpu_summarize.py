@@ -13,7 +13,7 @@ import torch
 
 from conftest import REPO
 from relax_straggler import StragglerConfig
-from relax_straggler.serialization import json_safe
+from relax_straggler.common.serialization import json_safe
 
 GPU = REPO / "benchmarks" / "gpu"
 

@@ -510,7 +510,7 @@ def test_an_unreachable_store_fails_within_its_timeout():
 PROGRESS_SCRIPT = """
 import json, sys, torch, torch.distributed as dist
 from relax_straggler._ext import ext
-from relax_straggler.collectives import CollectiveLayer
+from relax_straggler.live.collectives import CollectiveLayer
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
 timer = ext().StageTimer(14, 2, 0, 64, False)
 layer = CollectiveLayer(timer, [0], exclude=[])

@@ -13,11 +13,11 @@ import torch
 import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import core, ext
-from relax_straggler.confirm import CAUSES, ConfirmedVerdict
-from relax_straggler.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_kernel_source
-from relax_straggler.payload import KERNEL_FIELDS, ROW_LEN, KernelMatrix, pack, unpack
-from relax_straggler.report import build_report
-from relax_straggler.stages import STAGES, stage_id
+from relax_straggler.judge.confirm import CAUSES, ConfirmedVerdict
+from relax_straggler.live.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_kernel_source
+from relax_straggler.common.payload import KERNEL_FIELDS, ROW_LEN, KernelMatrix, pack, unpack
+from relax_straggler.judge.report import build_report
+from relax_straggler.common.stages import STAGES, stage_id
 
 MS = 1_000_000  # ns
 FORWARD, BACKWARD = stage_id("forward"), stage_id("backward")
@@ -268,7 +268,7 @@ def test_the_source_is_asked_on_sampled_steps_only():
 
 def test_a_failing_source_warns_once_and_training_continues(caplog):
     source = Counting(fail=True)
-    with caplog.at_level(logging.WARNING, logger="relax_straggler.analyzer"):
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.live.analyzer"):
         losses, reports = train(StragglerConfig(**SAMPLED, kernel_stats=True), source)
     assert len(losses) == 6 and len(reports) == 6
     assert source.ended == [0]  # dropped after its failure
@@ -278,7 +278,7 @@ def test_a_failing_source_warns_once_and_training_continues(caplog):
 
 @pytest.mark.skipif(core().kernels.WITH_CUPTI, reason="this build has CUPTI")
 def test_the_flag_on_a_build_without_cupti_warns_once_and_runs_on_events(caplog):
-    with caplog.at_level(logging.WARNING, logger="relax_straggler.kernel_evidence"):
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.live.kernel_evidence"):
         losses, reports = train(StragglerConfig(**SAMPLED, kernel_stats=True))
         assert open_kernel_source() is None
     warnings = [r.getMessage() for r in caplog.records if "--straggler-kernel-stats" in r.getMessage()]

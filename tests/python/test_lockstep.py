@@ -1,4 +1,4 @@
-"""The metrics rank's decisions (relax_straggler.lockstep): what travels, when it applies, and
+"""The metrics rank's decisions (relax_straggler.live.lockstep): what travels, when it applies, and
 that a hold skips samples without ever holding a training step."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 import pytest
 
 import relax_straggler
-from relax_straggler.control import ControlCommand
-from relax_straggler.lockstep import MIN_LAG_STEPS, Decision, LocalLockstep, decode, depth_for, encode
-from relax_straggler.side_failure import DECISION_LATE, GATHER_FAILED, GATHER_STUCK, SideFailure
+from relax_straggler.live.control import ControlCommand
+from relax_straggler.live.lockstep import MIN_LAG_STEPS, Decision, LocalLockstep, decode, depth_for, encode
+from relax_straggler.common.side_failure import DECISION_LATE, GATHER_FAILED, GATHER_STUCK, SideFailure
 from test_install import config, make, train
 from workers.step_times import StepClock, assert_not_blocked
 

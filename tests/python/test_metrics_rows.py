@@ -17,7 +17,7 @@ from relax_straggler.readers import InputError, Problems, open_source
 from relax_straggler.readers.base import P2P_OPS
 from relax_straggler.readers.metrics_rows import RowConverter, StoreSource
 from row_oracle import RowOracle
-from relax_straggler.stages import STAGE_IDS
+from relax_straggler.common.stages import STAGE_IDS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

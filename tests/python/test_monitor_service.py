@@ -21,7 +21,7 @@ from relax_straggler.stores.opener import open_store
 from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
 from relax_straggler.monitor.trigger import TriggerConfig
-from relax_straggler.topology import Topology
+from relax_straggler.common.topology import Topology
 
 from conftest import wait_for
 

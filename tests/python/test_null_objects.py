@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from relax_straggler.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
+from relax_straggler.live.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
 from relax_straggler.integrations.megatron import (MegatronAnalysis, MegatronAnalysisAPI, MegatronTimerAPI,
                                                    NullMegatronAnalysis, _NullTimer, _StageView)
-from relax_straggler.op_records import NullOpRecorder, OpRecorder, OpRecorderAPI
+from relax_straggler.live.op_records import NullOpRecorder, OpRecorder, OpRecorderAPI
 
 # (interface, the real one, the null one). A _StageView hands what it does not time to the
 # timer it chains to, so its members are read on an instance (chained to none).

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from conftest import REPO
 from workers.step_times import assert_not_blocked
 
-from relax_straggler import parity
+from relax_straggler.demo import parity
 from relax_straggler.cli import main as cli_main
 
 TINY_DEMO = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "2"]
@@ -136,7 +136,7 @@ def test_bad_arguments_and_bad_factories():
 USER_SCRIPT = textwrap.dedent("""
     import torch
     import torch.nn.functional as F
-    from relax_straggler.parity import ParityTraining
+    from relax_straggler.demo.parity import ParityTraining
 
     def {name}(seed):
         model = torch.nn.Linear(4, 4)

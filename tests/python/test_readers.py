@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from relax_straggler.readers import InputError, MinMaxStep, StepTimes, detect_format, open_source
-from relax_straggler.topology import Layout, Topology
-from relax_straggler.stages import STAGE_IDS
+from relax_straggler.common.topology import Layout, Topology
+from relax_straggler.common.stages import STAGE_IDS
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

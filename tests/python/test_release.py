@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from relax_straggler.config import StragglerConfig
-from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 
 STAGES = ("forward", "backward", "communication/allreduce")
 INTERVAL = 5

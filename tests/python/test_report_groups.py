@@ -10,10 +10,10 @@ import torch
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler.payload import pack, unpack
-from relax_straggler import report as report_module
-from relax_straggler.report import build_report
-from relax_straggler.stages import STAGES, stage_id
+from relax_straggler.common.payload import pack, unpack
+from relax_straggler.judge import report as report_module
+from relax_straggler.judge.report import build_report
+from relax_straggler.common.stages import STAGES, stage_id
 
 FORWARD, BACKWARD = stage_id("forward"), stage_id("backward")
 
@@ -62,7 +62,7 @@ def test_slow_rank_is_judged_against_its_own_pipeline_stage():
 def test_groups_on_some_ranks_only_compare_all_ranks_and_warn_once(caplog, monkeypatch):
     monkeypatch.setattr(report_module, "_warned", set())
     groups = [0, 0, 1, None]
-    with caplog.at_level(logging.WARNING, logger="relax_straggler.report"):
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.judge.report"):
         for step in (5, 6):
             report = build_report(gathered([100, 100, 100, 160], groups, step), step, CONFIG, 0, {})
             assert report.groups is None and report.stragglers["forward"] == (3,)
@@ -72,7 +72,7 @@ def test_groups_on_some_ranks_only_compare_all_ranks_and_warn_once(caplog, monke
 def test_one_rank_per_group_says_nobody_can_be_named(caplog, monkeypatch):
     # PP = 4 alone: every rank is its own group, only the imbalance can be reported.
     monkeypatch.setattr(report_module, "_warned", set())
-    with caplog.at_level(logging.WARNING, logger="relax_straggler.report"):
+    with caplog.at_level(logging.WARNING, logger="relax_straggler.judge.report"):
         for step in (5, 6):
             report = build_report(gathered([100, 100, 100, 150], [0, 1, 2, 3], step), step, CONFIG, 0, {})
             assert report.metrics["straggler/num_stragglers"] == 0
@@ -95,7 +95,7 @@ def test_install_rejects_a_bad_comparison_group(bad):
 def test_install_fails_fast_without_the_engine_extension(monkeypatch):
     # An old build (before relax_straggler._core existed) still has _C: install must say so
     # at once rather than log a failed report on every sampled step.
-    from relax_straggler import analyzer as analyzer_module
+    from relax_straggler.live import analyzer as analyzer_module
 
     def missing():
         raise ImportError("relax_straggler._core is not built")

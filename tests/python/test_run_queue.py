@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from relax_straggler.confirm import HOST_CONTENTION_SHARE, ConfirmedVerdict, beyond_group
-from relax_straggler.run_queue import RunQueueClock
+from relax_straggler.judge.confirm import HOST_CONTENTION_SHARE, ConfirmedVerdict, beyond_group
+from relax_straggler.live.run_queue import RunQueueClock
 
 linux_schedstat = pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="no Linux schedstat here")
 

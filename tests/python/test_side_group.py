@@ -13,9 +13,9 @@ import pytest
 import torch.distributed as dist
 
 from conftest import REAL_RUNS, REPO, torchrun
-from relax_straggler.payload import ROW_LEN
-from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
-from relax_straggler.works import Outcome, outcome
+from relax_straggler.common.payload import ROW_LEN
+from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
+from relax_straggler.live.works import Outcome, outcome
 
 
 class LateWork:
@@ -71,7 +71,7 @@ def one_rank_world(tmp_path):
 
 
 def test_the_report_thread_takes_a_gather_finished_just_after_its_poll_for_rows(one_rank_world):
-    from relax_straggler.aggregation import SideGroupGather
+    from relax_straggler.live.aggregation import SideGroupGather
 
     side = SideGroupGather([0], metrics_rank=0)
     side.wait_for(LateWork())  # raises GatherUnavailable when the late finish is taken for a failure
@@ -81,8 +81,8 @@ def test_the_report_thread_takes_a_gather_finished_just_after_its_poll_for_rows(
 
 def test_a_gather_that_never_finishes_is_this_ranks_failure_after_the_stall_timeout_never_a_wait(
         one_rank_world, monkeypatch):
-    from relax_straggler import aggregation
-    from relax_straggler.aggregation import SideGroupGather
+    from relax_straggler.live import aggregation
+    from relax_straggler.live.aggregation import SideGroupGather
 
     class Never(LateWork):
         def wait(self, timeout=None):
@@ -110,7 +110,7 @@ def test_a_gather_unfinished_at_close_is_never_freed(one_rank_world, monkeypatch
     import gc
     import weakref
 
-    from relax_straggler.aggregation import SideGroupGather
+    from relax_straggler.live.aggregation import SideGroupGather
 
     class Never(LateWork):
         def wait(self, timeout=None):
@@ -129,7 +129,7 @@ def test_a_gather_unfinished_at_close_is_never_freed(one_rank_world, monkeypatch
 
 
 def test_the_metrics_rank_reads_a_stop_another_rank_asks_for_in_its_rows(one_rank_world):
-    from relax_straggler.aggregation import SideGroupGather
+    from relax_straggler.live.aggregation import SideGroupGather
 
     side = SideGroupGather([0], metrics_rank=0)
     asked = SideFailure(0, GATHER_FAILED, 2, "Connection reset by peer")

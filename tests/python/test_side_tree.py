@@ -12,8 +12,8 @@ import pytest
 
 from conftest import REPO, torchrun
 from relax_straggler.config import StragglerConfig
-from relax_straggler.side_channel import node_size
-from relax_straggler.side_tree import plan
+from relax_straggler.live.side_channel import node_size
+from relax_straggler.live.side_tree import plan
 from workers.step_times import assert_not_blocked
 
 

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from relax_straggler.confirm import ConfirmedVerdict
-from relax_straggler.payload import pack, unpack
-from relax_straggler.report import _stacks
-from relax_straggler.stack_sampler import STEPS, StackSampler
-from relax_straggler.stacks import STACK_LEN, TOP, StackFrame, StackSample, decode, encode
-from relax_straggler.stages import STAGES
+from relax_straggler.judge.confirm import ConfirmedVerdict
+from relax_straggler.common.payload import pack, unpack
+from relax_straggler.judge.report import _stacks
+from relax_straggler.live.stack_sampler import STEPS, StackSampler
+from relax_straggler.common.stacks import STACK_LEN, TOP, StackFrame, StackSample, decode, encode
+from relax_straggler.common.stages import STAGES
 
 
 def spin_outside_sections(seconds: float) -> None:

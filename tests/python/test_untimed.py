@@ -10,8 +10,8 @@ import pytest
 
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
 from relax_straggler._ext import ext
-from relax_straggler.payload import row_from_sample, unpack
-from relax_straggler.stages import STAGES, stage_id
+from relax_straggler.common.payload import row_from_sample, unpack
+from relax_straggler.common.stages import STAGES, stage_id
 from workers.step_times import assert_not_blocked
 
 WORKER = REPO / "tests" / "python" / "workers" / "untimed_spin.py"
@@ -90,7 +90,7 @@ def test_untimed_is_no_section():
 def test_a_rank_slow_outside_sections_is_confirmed_there_with_its_own_cause_and_its_waiting_peer_is_not():
     # Two ranks, forward 10 ms each; from the 4th report rank 1 spends 30 ms more outside its
     # sections and arrives that much later at the all-reduce, where rank 0 waits for it.
-    from relax_straggler.confirm import ConfirmedVerdict
+    from relax_straggler.judge.confirm import ConfirmedVerdict
 
     rng = np.random.default_rng(5)
     stages = ("forward", "communication/allreduce", "untimed")

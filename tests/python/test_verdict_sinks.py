@@ -9,10 +9,10 @@ import json
 
 import numpy as np
 
-import relax_straggler.stages
+import relax_straggler.common.stages
 
-from relax_straggler.confirm import Facts, Finding, VerdictResult
-from relax_straggler.report import Report
+from relax_straggler.judge.confirm import Facts, Finding, VerdictResult
+from relax_straggler.judge.report import Report
 from relax_straggler.readers.metrics_rows import StoreSource
 from relax_straggler.reporters import ConsoleSink, JsonlSink, RunSummary
 from relax_straggler.reporters.store_sink import StoreSink
@@ -21,7 +21,7 @@ from relax_straggler.stores.base import Sample
 from relax_straggler.stores.opener import open_store
 
 STAGES = ("forward", "backward")
-STAGES_ALL = relax_straggler.stages.STAGES
+STAGES_ALL = relax_straggler.common.stages.STAGES
 
 
 def finding(state: str, rank: int = 1, since: int = 40, ratio: float = 1.3) -> Finding:
@@ -135,7 +135,7 @@ def test_a_malformed_verdict_row_is_refused_naming_it():
 def test_a_stage_some_reports_lack_does_not_start_the_verdict_over():
     # A broadcast every other report (communication/broadcast comes and goes): fed the full
     # stage set, the verdict keeps its evidence and confirms the slow rank.
-    from relax_straggler.confirm import ConfirmedVerdict
+    from relax_straggler.judge.confirm import ConfirmedVerdict
     from relax_straggler.judge.columns import all_stages
 
     rng = np.random.default_rng(3)

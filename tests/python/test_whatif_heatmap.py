@@ -12,7 +12,7 @@ import pytest
 from picture_checks import MAX_PX, assert_nothing_clipped, image_of, png_size
 
 from relax_straggler.cli import main
-from relax_straggler.slowdown_image import MAX_ROWS
+from relax_straggler.common.slowdown_image import MAX_ROWS
 from relax_straggler.whatif.render import heatmap_figure, write_heatmap
 from relax_straggler.whatif.result import GiveBack, WhatIfReport
 

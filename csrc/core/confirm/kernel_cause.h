@@ -7,7 +7,7 @@
 // other rank's NCCL kernel wait for it inside the kernel: that is no link). Per field the rank
 // is compared with the median of the other ranks of its comparison group; the field whose
 // excess dominates names the cause. Arithmetic only; the caller passes the latest report's
-// measured times (relax_straggler/confirm.py).
+// measured times (relax_straggler/judge/confirm.py).
 #pragma once
 
 #include <cstddef>

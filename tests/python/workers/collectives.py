@@ -21,7 +21,7 @@ import torch.nn as nn
 import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import ext
-from relax_straggler.collectives import group_registry
+from relax_straggler.live.collectives import group_registry
 from step_times import StepClock  # beside this file
 
 C = ext()

@@ -39,7 +39,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import relax_straggler
-import relax_straggler.aggregation
+import relax_straggler.live.aggregation
 from relax_straggler import StragglerConfig
 from step_times import StepClock  # beside this file
 from warnings_log import Warnings
@@ -96,7 +96,7 @@ def main() -> None:
     logging.getLogger("relax_straggler").addHandler(warnings)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TRAINING_TIMEOUT_S))
     rank = dist.get_rank()
-    relax_straggler.aggregation.STALL_TIMEOUT_S = args.stall_timeout
+    relax_straggler.live.aggregation.STALL_TIMEOUT_S = args.stall_timeout
     torch.manual_seed(0)
     model: nn.Module = nn.Sequential(nn.Embedding(32, 16), nn.Linear(16, 32))
     if args.mode == "ddp":

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler.kernel_evidence import SyntheticKernelSource
+from relax_straggler.live.kernel_evidence import SyntheticKernelSource
 from step_times import StepClock  # beside this file
 
 MS = 1_000_000  # ns

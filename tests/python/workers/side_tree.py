@@ -24,10 +24,10 @@ import torch
 import torch.distributed as dist
 
 import relax_straggler
-import relax_straggler.analyzer
+import relax_straggler.live.analyzer
 from relax_straggler import StragglerConfig
-from relax_straggler.payload import pack
-from relax_straggler.stages import STAGE_IDS, STAGES
+from relax_straggler.common.payload import pack
+from relax_straggler.common.stages import STAGE_IDS, STAGES
 from step_times import StepClock  # beside this file
 from warnings_log import Warnings
 
@@ -56,7 +56,7 @@ def main() -> None:
     logging.getLogger("relax_straggler").addHandler(warnings)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    relax_straggler.analyzer.row_from_sample = known_row
+    relax_straggler.live.analyzer.row_from_sample = known_row
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))  # keeps the ranks in step
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from relax_straggler._ext import core
-from relax_straggler.validators import is_finite
+from relax_straggler.common.validators import is_finite
 
 RELATIVE_THRESHOLD: float = core().DEFAULT_RELATIVE_THRESHOLD  # dimensionless
 ABSOLUTE_MS_THRESHOLD: float = core().DEFAULT_ABSOLUTE_MS_THRESHOLD  # ms

@@ -9,7 +9,7 @@ Two tables:
               Megatron's timers, documented in docs/STORES.md
 
 A name is a plain name or a pattern whose ``{stage}`` is a name of
-relax_straggler.stages.STAGES and whose ``{rank}`` is a global rank. Names never change
+relax_straggler.common.stages.STAGES and whose ``{rank}`` is a global rank. Names never change
 meaning; new ones may be added (docs/ARCHITECTURE.md, "Data contract").
 tests/python/test_metric_names.py holds the docs, the writers and the rest of the package
 to the tables.
@@ -39,7 +39,7 @@ def stage_prefix(stage: str) -> str:
     return f"{PREFIX}{stage}/"
 
 
-# The report's own names (relax_straggler.report.build_report).
+# The report's own names (relax_straggler.judge.report.build_report).
 LIKELY_BOTTLENECK = PREFIX + "likely_bottleneck"
 HINTS = PREFIX + "hints"
 NUM_STRAGGLERS = PREFIX + "num_stragglers"
@@ -56,7 +56,7 @@ COUNTERS = ("dropped_reports", "dropped_sections", "dropped_collectives", "unmat
             "skipped_samples", "control_refused", "store_written_rows", "store_dropped_rows", "store_failed_writes",
             "store_buffered_rows")
 
-# The confirmed verdict (relax_straggler.confirm.VerdictResult.metrics).
+# The confirmed verdict (relax_straggler.judge.confirm.VerdictResult.metrics).
 VERDICT_STATUS = PREFIX + "verdict/status"
 VERDICT_RANK = PREFIX + "verdict/rank"
 VERDICT_STAGE = PREFIX + "verdict/stage"
@@ -65,7 +65,7 @@ VERDICT_SINCE_STEP = PREFIX + "verdict/since_step"
 VERDICT_CONFIDENCE = PREFIX + "verdict/confidence"
 VERDICT_RATIO = PREFIX + "verdict/ratio"
 
-# The window ensemble (relax_straggler.detect.WindowResult.metrics): WINDOW_PREFIX + its field.
+# The window ensemble (relax_straggler.window.detector.WindowResult.metrics): WINDOW_PREFIX + its field.
 WINDOW_PREFIX = PREFIX + "window/"
 
 # The live what-if (relax_straggler.whatif.live).
@@ -79,7 +79,7 @@ HANG_KIND = HANG_PREFIX + "kind"
 HANG_ANSWER = HANG_PREFIX + "answer"
 
 # Store rows: the metric_name of the rows of a stage without a Megatron timer is
-# stage_row_name(stage) (relax_straggler.megatron_timers.stage_timer_name), and these.
+# stage_row_name(stage) (relax_straggler.common.megatron_timers.stage_timer_name), and these.
 VERDICT_METRIC = PREFIX + "verdict"  # the confirmed verdict's headline (relax_straggler.stores.verdict_rows)
 FINDING_METRIC = PREFIX + "verdict/finding"  # one of its findings
 HANG_METRIC = PREFIX + "hang"  # a hang answer (relax_straggler.stores.hang_rows)
@@ -168,7 +168,7 @@ METRICS: tuple[MetricName, ...] = (
     MetricName(VERDICT_STATUS, "state", "the job's state this report"),
     MetricName(VERDICT_RANK, "rank", "the confirmed straggler; -1 unless the status is straggler"),
     MetricName(VERDICT_STAGE, "stage", "the stage of the headline finding, or none"),
-    MetricName(VERDICT_CAUSE, "cause", "the headline finding's inferred cause (relax_straggler.confirm.CAUSES)"),
+    MetricName(VERDICT_CAUSE, "cause", "the headline finding's inferred cause (relax_straggler.judge.confirm.CAUSES)"),
     MetricName(VERDICT_SINCE_STEP, "step", "when the headline finding entered its state"),
     MetricName(VERDICT_CONFIDENCE, "0..1", "share of the recent reports that agree with the state"),
     MetricName(VERDICT_RATIO, "x", "the headline finding's ratio"),

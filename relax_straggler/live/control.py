@@ -11,7 +11,7 @@ Only the metrics rank reads the file: every ``control_every`` steps it looks at 
 modification time and, when the file changed, parses it. A malformed command (not JSON,
 an unknown field, a value out of range) is refused with one warning naming the field and
 changes nothing. The command travels to every rank in the metrics rank's next decision
-(relax_straggler.lockstep), and every rank applies it at the same step. Paused, an
+(relax_straggler.live.lockstep), and every rank applies it at the same step. Paused, an
 analyzer samples nothing and gathers nothing; the decisions go on, so that it can be
 resumed.
 """
@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from relax_straggler import thresholds
+from relax_straggler.common import thresholds
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ MAX_INTERVAL = 2**31 - 1
 class ControlCommand:
     """A change to apply; None fields stay as they are. interval: steps (>= 1);
     relative_threshold (>= 1), absolute_ms_threshold (ms, >= 0): the slow-rank rule
-    (relax_straggler.thresholds)."""
+    (relax_straggler.common.thresholds)."""
 
     enabled: Optional[bool] = None
     interval: Optional[int] = None

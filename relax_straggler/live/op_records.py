@@ -5,7 +5,7 @@ adapter times (or that a user wraps in ``analyzer.ops.op(name, microbatch=i)``) 
 as (op type, microbatch, model chunk, start, duration) on the host clock
 (``time.perf_counter``). The step's tail, from the end of its last recorded op to the
 step end, is recorded as the ``optimizer`` op. At the step end the ops become one
-fixed-size per-op row (relax_straggler.payload.pack_ops), gathered with the stage row.
+fixed-size per-op row (relax_straggler.common.payload.pack_ops), gathered with the stage row.
 
 Bounded: at most ``max_ops`` ops per step; the ones past that are counted in
 ``dropped_ops`` (published as ``straggler/dropped_ops``), and a step that dropped ops is
@@ -23,7 +23,7 @@ from typing import Any, ContextManager, Iterator, Optional, Protocol
 
 import numpy as np
 
-from relax_straggler.payload import DEFAULT_MAX_OPS, OP_FIELDS, OP_TYPE_IDS, OP_TYPES, pack_ops
+from relax_straggler.common.payload import DEFAULT_MAX_OPS, OP_FIELDS, OP_TYPE_IDS, OP_TYPES, pack_ops
 
 _NULL: ContextManager[None] = contextlib.nullcontext()
 _TAIL = OP_TYPE_IDS["optimizer"]
@@ -119,7 +119,7 @@ class OpRecorder(OpRecorderAPI):
 
     def op(self, name: str, microbatch: Optional[int] = None, chunk: int = -1) -> ContextManager[None]:
         """`with ops.op("forward-compute", microbatch=i):` records one op on sampled steps.
-        name: one of relax_straggler.payload.OP_TYPES except `optimizer` (ValueError otherwise)."""
+        name: one of relax_straggler.common.payload.OP_TYPES except `optimizer` (ValueError otherwise)."""
         code = _op_code(name)
         if not self._timer.sampled:
             return _NULL

@@ -1,6 +1,6 @@
 """Which side channel install() builds: the flat Gloo group over every analyzed rank
-(relax_straggler.aggregation, the default), or the hierarchical one
-(relax_straggler.side_tree, --straggler-side-node-size), with Gloo's lazy connections when
+(relax_straggler.live.aggregation, the default), or the hierarchical one
+(relax_straggler.live.side_tree, --straggler-side-node-size), with Gloo's lazy connections when
 asked (--straggler-side-lazy-init). docs/SCALE.md measures both."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 from typing import Sequence, Union
 
-from relax_straggler.aggregation import SideGroupGather
+from relax_straggler.live.aggregation import SideGroupGather
 from relax_straggler.config import StragglerConfig
-from relax_straggler.lazy_gloo import lazy_connections
-from relax_straggler.side_tree import TreeGather
+from relax_straggler.live.lazy_gloo import lazy_connections
+from relax_straggler.live.side_tree import TreeGather
 
 
 def node_size(config: StragglerConfig) -> int:

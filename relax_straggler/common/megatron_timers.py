@@ -1,5 +1,5 @@
 """The Megatron timer vocabulary: every timer name Megatron-Core and Megatron-LM start, and
-what its time means in the closed stage set (relax_straggler.stages). One table, read in
+what its time means in the closed stage set (relax_straggler.common.stages). One table, read in
 both directions by the live Timers adapter (integrations/megatron.py), the offline readers
 (readers/megatron_names.py, readers/metrics_rows.py), the store sink and the feed.
 
@@ -49,11 +49,11 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from relax_straggler.metric_names import (END_METRIC, FINDING_METRIC, HANG_METRIC, PREFIX, VERDICT_METRIC,
+from relax_straggler.common.metric_names import (END_METRIC, FINDING_METRIC, HANG_METRIC, PREFIX, VERDICT_METRIC,
                                           stage_row_name)
-from relax_straggler.stages import STAGE_IDS, stage_id
+from relax_straggler.common.stages import STAGE_IDS, stage_id
 
-# The package's own rows (relax_straggler.metric_names.STORE_ROWS) that are known and not a stage.
+# The package's own rows (relax_straggler.common.metric_names.STORE_ROWS) that are known and not a stage.
 _OUR_ROWS = (VERDICT_METRIC, FINDING_METRIC, HANG_METRIC, END_METRIC)
 
 

@@ -1,4 +1,4 @@
-"""The six-clusterer window detector (relax_straggler.detect.window) over recorded steps:
+"""The six-clusterer window detector (relax_straggler.window.detector.window) over recorded steps:
 the one adapter `analyze` (its optional second opinion, AnalyzeConfig.ensemble_steps) and
 the monitor (the slow iterations it analyses) share.
 
@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
-from relax_straggler.stages import STAGES
-from relax_straggler.topology import Topology
+from relax_straggler.common.stages import STAGES
+from relax_straggler.common.topology import Topology
 
 if TYPE_CHECKING:
-    from relax_straggler.detect import StageImbalance, WindowConfig
+    from relax_straggler.window.detector import StageImbalance, WindowConfig
 
 
 @dataclass(frozen=True)
@@ -95,13 +95,13 @@ class StepHistory:
 def run_ensemble(history: StepHistory, topology: Topology, config: Optional["WindowConfig"] = None,
                  ranks: Optional[np.ndarray] = None) -> Optional[EnsembleVotes]:
     """The window detector over `history` (None when it is empty). ranks: the global ranks
-    to compare (default: every rank with a time). config: a relax_straggler.detect.
+    to compare (default: every rank with a time). config: a relax_straggler.window.detector.
     WindowConfig (default: the detector's defaults). Rejections (too few steps after the
-    warm-up, too few ranks, a compiled half that does not match relax_straggler/detect.py:
+    warm-up, too few ranks, a compiled half that does not match relax_straggler/window/detector.py:
     rebuild with `make build`) come back as EnsembleVotes.error, never raised."""
     if not len(history):
         return None
-    from relax_straggler import detect
+    from relax_straggler.window import detector as detect
 
     ms = history.stacked()
     if ranks is None:

@@ -1,7 +1,7 @@
 """From gathered rows to a Report: the judged matrix, the verdict and the RFC metrics.
 
 Runs on the metrics rank's report thread, never on the training thread. The metrics' names:
-relax_straggler.metric_names (documented in docs/METRICS.md).
+relax_straggler.common.metric_names (documented in docs/METRICS.md).
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import numpy as np
 
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
-from relax_straggler.metric_names import (COMMUNICATION_BLAMED_RANK, COMMUNICATION_COLLECTIVES,
+from relax_straggler.common.metric_names import (COMMUNICATION_BLAMED_RANK, COMMUNICATION_COLLECTIVES,
                                           COMMUNICATION_LATE_ARRIVALS, COMMUNICATION_WAIT_MS, DRIFTED_RANKS, HINTS,
                                           LIKELY_BOTTLENECK, MISMATCHED_RANKS, NUM_STRAGGLERS, PREFIX,
                                           UNUSABLE_TIMES, stage_prefix)
-from relax_straggler.payload import Gathered, GcPauseRows, KernelMatrix
-from relax_straggler.stacks import StackSample, decode
-from relax_straggler.stages import STAGES, is_communication
-from relax_straggler.workload import normalize_workload
+from relax_straggler.common.payload import Gathered, GcPauseRows, KernelMatrix
+from relax_straggler.common.stacks import StackSample, decode
+from relax_straggler.common.stages import STAGES, is_communication
+from relax_straggler.common.workload import normalize_workload
 
 if TYPE_CHECKING:
-    from relax_straggler.confirm import VerdictResult
+    from relax_straggler.judge.confirm import VerdictResult
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 
 import relax_straggler
-from relax_straggler.analyzer import Analyzer, NullAnalyzer
+from relax_straggler.live.analyzer import Analyzer, NullAnalyzer
 from relax_straggler.config import StragglerConfig
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def run_training(factory: TrainingFactory, seed: int, steps: int, config: Stragg
     seed_everything(seed)
     training = factory(seed)
     if not isinstance(training, ParityTraining):
-        raise TypeError(f"the parity factory must return a relax_straggler.parity.ParityTraining, "
+        raise TypeError(f"the parity factory must return a relax_straggler.demo.parity.ParityTraining, "
                         f"got {type(training).__name__}")
     reports = 0
 

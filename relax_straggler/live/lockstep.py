@@ -1,5 +1,5 @@
 """The metrics rank's decisions, applied by every rank at the same step: whether the coming
-period samples, the operator's runtime-control command (relax_straggler.control), and the
+period samples, the operator's runtime-control command (relax_straggler.live.control), and the
 end of the analysis.
 
 Every `every` steps (--straggler-control-every) each rank joins one async broadcast of a
@@ -14,14 +14,14 @@ decisions.
 
 What the metrics rank decides, from what it sees when it launches the decision:
   stop   a failure it saw, or one another rank asked to stop for in its gathered rows
-         (relax_straggler.side_failure): every rank ends the analysis at the same step
+         (relax_straggler.common.side_failure): every rank ends the analysis at the same step
          and names the same failure.
   hold   it is behind: one of its gathers from before the previous decision is still
          unfinished (a rank that far behind), or its report queue is half full (the
          report thread behind). The coming period samples nothing, on every rank alike;
          the next decision resumes sampling when the backlog is gone.
   stack  a rank newly confirmed a straggler, which then samples its training thread's
-         Python stack on its next sampled steps (relax_straggler.stack_sampler); -1: none.
+         Python stack on its next sampled steps (relax_straggler.live.stack_sampler); -1: none.
 Nothing else travels: there is no other wait and no other message.
 """
 
@@ -37,9 +37,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from relax_straggler.control import ControlCommand, ControlFile
-from relax_straggler.side_failure import DECISION_FAILED, DECISION_LATE, SideFailure
-from relax_straggler.works import Outcome, never_free, outcome, reason
+from relax_straggler.live.control import ControlCommand, ControlFile
+from relax_straggler.common.side_failure import DECISION_FAILED, DECISION_LATE, SideFailure
+from relax_straggler.live.works import Outcome, never_free, outcome, reason
 
 MIN_LAG_STEPS = 16  # steps between a decision's broadcast and its use, at least
 MAX_GRACE_S = 1.0  # the longest a rank waits for a late decision (also at most one step)

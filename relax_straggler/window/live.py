@@ -1,7 +1,7 @@
 """WindowDetector: the window detector run live on the metrics rank, every K reports.
 
 It keeps the judged matrices of the last `window` reports (bounded, oldest dropped) and,
-on every `every`-th report, runs relax_straggler.detect.window over them and returns
+on every `every`-th report, runs relax_straggler.window.detector.window over them and returns
 metrics to merge into that report's metrics::
 
     detector = WindowDetector(window=100, every=10)
@@ -16,7 +16,7 @@ The measured `untimed` stage (time outside every section) is left out: a sub-mil
 scheduling-noisy column would dilute the clusterers' "slow in half the stages" rule, and
 the confirmed verdict judges it report by report and by its sequential test.
 Reports may name different stage subsets (a stage no rank ran is left out of a report):
-the window is laid out over the union, in relax_straggler.stages order, with NaN where
+the window is laid out over the union, in relax_straggler.common.stages order, with NaN where
 a report lacked a stage. A change in the number of ranks starts a new window.
 Not thread-safe: call observe from one thread (the report thread).
 Memory: the window holds `window` copies of judged_ms (ranks x stages float64) and an
@@ -31,10 +31,10 @@ from typing import Any, Deque, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler.detect import WindowConfig, WindowResult
-from relax_straggler.detect import window as detect_window
-from relax_straggler.stages import MEASURED_STAGES, STAGE_IDS
-from relax_straggler.validators import require_int, require_window_size
+from relax_straggler.window.detector import WindowConfig, WindowResult
+from relax_straggler.window.detector import window as detect_window
+from relax_straggler.common.stages import MEASURED_STAGES, STAGE_IDS
+from relax_straggler.common.validators import require_int, require_window_size
 
 log = logging.getLogger(__name__)
 

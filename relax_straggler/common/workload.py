@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from relax_straggler.stages import WORKLOAD_STAGES
+from relax_straggler.common.stages import WORKLOAD_STAGES
 
 
 def normalize_workload(device_ms: np.ndarray, stages: tuple[str, ...], tokens: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Where a confirmed rank's training thread spends its time: its Python stack, sampled.
 
 When the metrics rank confirms a straggler, its next decision to every rank
-(relax_straggler.lockstep) names that rank, and that rank arms its StackSampler: in each of
+(relax_straggler.live.lockstep) names that rank, and that rank arms its StackSampler: in each of
 its next STEPS steps that the analyzer does not time (a sample lengthens the step it falls
 in; at interval 1, where every step is timed, those) a sampler thread of its own reads the
 training thread's current frame SAMPLES times, spread evenly over the step's expected length, through
@@ -11,8 +11,8 @@ holds the interpreter lock for one dict of frames and a walk of at most MAX_DEPT
 code: outside torch, the standard library and this package (the function that spins, the
 forward that sleeps, the line that called backward); the innermost frame of all when every
 frame is library code. After STEPS such steps the TOP most frequent (file name, line,
-function) travel once in the rank's row (relax_straggler.stacks) and the verdict's facts
-carry them (relax_straggler.confirm, Facts.stack).
+function) travel once in the rank's row (relax_straggler.common.stacks) and the verdict's facts
+carry them (relax_straggler.judge.confirm, Facts.stack).
 
 Nothing is imported or allocated on the training thread at sample time; the sampler thread
 is started the first time the rank is named (never where no rank is).
@@ -31,7 +31,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from relax_straggler.stacks import TOP, StackFrame, StackSample, encode
+from relax_straggler.common.stacks import TOP, StackFrame, StackSample, encode
 
 STEPS = 3  # steps a request covers
 SAMPLES = 4  # samples per step

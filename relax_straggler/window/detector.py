@@ -6,12 +6,12 @@ gives it plain Python data. Shapes and units:
   ms       float64 (steps, ranks, stages), milliseconds; NaN, 0, +-inf or < 0 = the rank
            did not run the stage that step (the engine's one rule, docs/ARCHITECTURE.md data
            contract; Report.judged_ms of consecutive reports, stacked).
-  stages   one name per column (relax_straggler.stages names; ``communication`` and
+  stages   one name per column (relax_straggler.common.stages names; ``communication`` and
            ``communication/<op>`` are judged by the late-arrival rule, docs/ARCHITECTURE.md invariant 7).
 
 Example::
 
-    from relax_straggler import detect
+    from relax_straggler.window import detector as detect
     result = detect.window(ms, stages)
     result.anomaly_ranks        # (7,)
     result.votes[7]             # 6: all six algorithms call rank 7 slow
@@ -26,9 +26,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler import thresholds
+from relax_straggler.common import thresholds
 from relax_straggler._ext import core
-from relax_straggler.metric_names import WINDOW_PREFIX
+from relax_straggler.common.metric_names import WINDOW_PREFIX
 
 ALGORITHMS: tuple[str, ...] = ("kmeans", "dbscan", "gmm", "agglomerative", "mean_shift", "fuzzy_cmeans")
 
@@ -108,7 +108,7 @@ class RankFinding:
 @dataclass(frozen=True)
 class StageImbalance:
     """Structural imbalance between rank groups (pipeline stages) in one stage, live and
-    offline alike (relax_straggler.analysis.ensemble, whose groups are the pp ranks)."""
+    offline alike (relax_straggler.window.ensemble, whose groups are the pp ranks)."""
 
     stage: str
     slowest_group: int

@@ -7,15 +7,15 @@ Every rank joins every gather of a sampled step, also with an empty (all-NaN) pa
 so the ranks stay in lockstep. The per-op row of the live what-if (payload.pack_ops)
 travels appended to the stage row in the same gather, and after it two numbers: the
 failure this rank asks the metrics rank to stop the analysis for, if any (its code and
-step; relax_straggler.side_failure).
+step; relax_straggler.common.side_failure).
 
 Nothing here waits on the training thread: poll() only looks at the unfinished gathers. A
 gather that failed (a rank gone), or one unfinished for STALL_TIMEOUT_S (a rank stopped),
 is this rank's `failure`; what follows from it (every rank ends the analysis at the same
-step) is the metrics rank's decision (relax_straggler.lockstep). A finished collective is
-told from a failed one by relax_straggler.works, never by a wait's timeout. A group left
+step) is the metrics rank's decision (relax_straggler.live.lockstep). A finished collective is
+told from a failed one by relax_straggler.live.works, never by a wait's timeout. A group left
 with a collective waiting for a stopped rank is never freed, nor that collective
-(relax_straggler.works.never_free): neither uninstall nor the process exit waits for Gloo's
+(relax_straggler.live.works.never_free): neither uninstall nor the process exit waits for Gloo's
 timeout, and the exit cannot abort.
 """
 
@@ -32,9 +32,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from relax_straggler.payload import ROW_LEN, PendingRows
-from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
-from relax_straggler.works import Outcome, never_free, outcome, reason
+from relax_straggler.common.payload import ROW_LEN, PendingRows
+from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
+from relax_straggler.live.works import Outcome, never_free, outcome, reason
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class SideGroupGather:
     def gather(self, row: np.ndarray, op_row: Optional[np.ndarray] = None, step: int = -1,
                request: Optional[SideFailure] = None) -> Optional[PendingRows]:
         """Launches the gather of the stage row and, appended to it in the same tensor, the
-        per-op row (relax_straggler.payload.pack_ops; every rank gives one of the same
+        per-op row (relax_straggler.common.payload.pack_ops; every rank gives one of the same
         length, or every rank none) and the failure `request` this rank asks to stop for;
         step: the sampled step (for failures). Returns the rows' handle on the metrics rank,
         else None (also once the analysis stopped on this rank)."""
@@ -245,7 +245,7 @@ class SideGroupGather:
         side group (no wait once the analysis stopped on this rank). clean=False: another
         collective on the group (the decisions' broadcast) may be unfinished. Returns True
         when the group was destroyed; False when an unfinished collective kept it (see
-        relax_straggler.works.never_free)."""
+        relax_straggler.live.works.never_free)."""
         self._abandoned.set()
         deadline = time.monotonic() + (0.0 if self._stopped is not None else timeout_s)
         while clean and self._pending:

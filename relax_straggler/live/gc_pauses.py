@@ -20,7 +20,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from relax_straggler.payload import GC_FIELDS
+from relax_straggler.common.payload import GC_FIELDS
 
 GENERATIONS = 3  # CPython's: 0 and 1 are young, 2 is the full collection
 

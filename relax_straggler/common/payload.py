@@ -7,15 +7,15 @@ One float64 row per rank:
   comparable_ms[MAX_COMPARABLE]: durations of the step's first collectives on groups
   spanning every analyzed rank, in issue order (late-arrival evidence)
   (kernel_ms, idle_ms, nccl_ms) for every stage in STAGES order: what the kernel records of
-  the stage's sections say (--straggler-kernel-stats, relax_straggler.kernel_evidence)
+  the stage's sections say (--straggler-kernel-stats, relax_straggler.live.kernel_evidence)
   stack[STACK_LEN]: the rank's sampled Python stack, on the one step it travels after the
-  metrics rank named the rank (relax_straggler.stacks; NaN otherwise)
+  metrics rank named the rank (relax_straggler.common.stacks; NaN otherwise)
 NaN marks "not measured" (no tokens given, stage not run, unused slot, no comparison
 group given, forward passes not counted, no kernel records, no run-queue account, no GC account). forward_passes: the
-rank's training forward passes so far (a step-drift check: relax_straggler.report.drifted_ranks);
+rank's training forward passes so far (a step-drift check: relax_straggler.judge.report.drifted_ranks);
 run_queue_ms: how long the rank's training thread waited for a CPU during the step
-(relax_straggler.run_queue, host contention); gc_*: the process's garbage-collection pauses
-over every step since the rank's previous row (GC_FIELDS, relax_straggler.gc_pauses). Fixed size
+(relax_straggler.live.run_queue, host contention); gc_*: the process's garbage-collection pauses
+over every step since the rank's previous row (GC_FIELDS, relax_straggler.live.gc_pauses). Fixed size
 means one tensor gather and no pickling (Megatron Timers do the same).
 
 The per-op row of the live what-if replay (below, `pack_ops`) travels appended to it in
@@ -30,8 +30,8 @@ from typing import Optional, Protocol, Sequence
 
 import numpy as np
 
-from relax_straggler.stacks import STACK_LEN
-from relax_straggler.stages import STAGES
+from relax_straggler.common.stacks import STACK_LEN
+from relax_straggler.common.stages import STAGES
 
 # Garbage-collection pauses over every step since the previous row: pause time (ms) and
 # collections, those of full (generation 2) collections, the steps the span covers; and the
@@ -70,10 +70,10 @@ def pack(step: int, tokens: float, rank: int, device_ms: Sequence[float], host_m
     """One rank's row. The per-stage sequences have len(STAGES) entries (ms, NaN = not run);
     group: the rank's comparison group id (>= 0) or None; forward_passes: its training
     forward passes so far, NaN when not counted; run_queue_ms: its training thread's wait for
-    a CPU during the step, NaN when not measured; gc: its GC_FIELDS (relax_straggler.gc_pauses),
+    a CPU during the step, NaN when not measured; gc: its GC_FIELDS (relax_straggler.live.gc_pauses),
     None = not measured; kernel: (len(STAGES), len(KERNEL_FIELDS)) ms from kernel records,
     None = not measured; stack: (STACK_LEN,) a sampled stack's segment
-    (relax_straggler.stacks.encode) or None. Raises ValueError on a wrong kernel, gc or stack
+    (relax_straggler.common.stacks.encode) or None. Raises ValueError on a wrong kernel, gc or stack
     shape."""
     row = np.full(ROW_LEN, np.nan, dtype=np.float64)
     comparable = np.asarray(comparable_ms, dtype=np.float64)[:MAX_COMPARABLE]
@@ -211,7 +211,7 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
     `communication/<op>` the summed durations per op. The `untimed` stage is the sample's
     untimed_ms (NaN: not measured); untimed=False leaves it NaN (a rank whose collectives
     are not timed spends its waits on peers there, which would blame the waiting rank)."""
-    from relax_straggler.stages import COMMUNICATION_OPS, stage_id
+    from relax_straggler.common.stages import COMMUNICATION_OPS, stage_id
 
     device = np.array(sample.device_ms, dtype=np.float64)
     host = np.array(sample.host_ms, dtype=np.float64)
@@ -238,7 +238,7 @@ def row_from_sample(sample, tokens: float, rank: int, group: Optional[int] = Non
 
 
 # The per-op row: a second fixed-size float64 row per rank, gathered with the stage row on
-# sampled steps (relax_straggler.op_records records it, relax_straggler.whatif.live replays it).
+# sampled steps (relax_straggler.live.op_records records it, relax_straggler.whatif.live replays it).
 #   [step, rank, dp_rank, stage, num_ops, dropped_ops (this step), dropped_ops_total, t0_unix_s]
 #   then max_ops x (op type index into OP_TYPES, microbatch, model chunk, start_s, duration_s)
 # start_s is relative to t0_unix_s (host wall clock of the step's first recorded op), so

@@ -10,7 +10,7 @@ every member of a level sends a block of the same number of rows (the level's wi
 padded with NaN), since a Gloo gather takes tensors of one size. The metrics rank puts the
 rows back in the analyzed order: the table is the flat gather's, row for row and bit for bit.
 
-What the flat path promises holds at each level (relax_straggler.aggregation):
+What the flat path promises holds at each level (relax_straggler.live.aggregation):
   - The training thread never waits: it launches the node gather and returns. A leader's
     relay thread waits for its node's rows and launches the next level's gather with them,
     in step order (every root of a level does the same, so every group's collectives pair
@@ -24,7 +24,7 @@ What the flat path promises holds at each level (relax_straggler.aggregation):
     flat gather that failed has none.
   - A gather unfinished for STALL_TIMEOUT_S, or too many unfinished, is GATHER_STUCK;
     what follows (every rank stops at one step) is the metrics rank's decision
-    (relax_straggler.lockstep), carried by a broadcast over one group of every analyzed
+    (relax_straggler.live.lockstep), carried by a broadcast over one group of every analyzed
     rank (`group`), created with lazy connections where the torch has them (a rank then
     connects only to its peers in the broadcast's tree; where it has not, that group is a
     full mesh, as the flat channel's).
@@ -45,12 +45,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from relax_straggler import aggregation
-from relax_straggler.aggregation import STATUS_LEN, GatherUnavailable, _joined
-from relax_straggler.payload import ROW_LEN
-from relax_straggler.lazy_gloo import lazy_connections
-from relax_straggler.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
-from relax_straggler.works import Outcome, never_free, outcome, reason
+from relax_straggler.live import aggregation
+from relax_straggler.live.aggregation import STATUS_LEN, GatherUnavailable, _joined
+from relax_straggler.common.payload import ROW_LEN
+from relax_straggler.live.lazy_gloo import lazy_connections
+from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
+from relax_straggler.live.works import Outcome, never_free, outcome, reason
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ stalled reads like one whose kernels ran slowly. Kernel records tell them apart.
 ``--straggler-kernel-stats`` the analyzer asks a KernelSource, on sampled steps only, what
 the GPU did inside each stage: the time compute kernels ran (kernel_ms), the time nothing
 ran on the section's stream (idle_ms) and the NCCL kernels' time (nccl_ms), which travel in
-the gathered row (relax_straggler.payload.KERNEL_FIELDS) and let the confirmed verdict say
+the gathered row (relax_straggler.common.payload.KERNEL_FIELDS) and let the confirmed verdict say
 ``device``, ``host`` or ``communication_link``.
 
 Sources:
@@ -29,9 +29,9 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import numpy as np
 
 from relax_straggler._ext import core
-from relax_straggler.metric_names import stage_prefix
-from relax_straggler.payload import KERNEL_FIELDS
-from relax_straggler.stages import STAGES, stage_id
+from relax_straggler.common.metric_names import stage_prefix
+from relax_straggler.common.payload import KERNEL_FIELDS
+from relax_straggler.common.stages import STAGES, stage_id
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class StageKernels:
     unattributed_records: int  # inside no section
 
     def fields(self) -> np.ndarray:
-        """(len(STAGES), len(KERNEL_FIELDS)) ms, as relax_straggler.payload.pack takes them."""
+        """(len(STAGES), len(KERNEL_FIELDS)) ms, as relax_straggler.common.payload.pack takes them."""
         return np.stack([self.kernel_ms, self.idle_ms, self.nccl_ms], axis=1)
 
 

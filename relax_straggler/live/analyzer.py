@@ -7,7 +7,7 @@ One sampled step, end to end:
   (relax_straggler.judge: the RFC per-step rule, then the confirmed verdict across reports)
   and feeds the sinks. Every
   --straggler-control-every steps the metrics rank's decision (sample or hold, a runtime
-  command, stop) reaches every rank, which apply it at the same step (relax_straggler.lockstep).
+  command, stop) reaches every rank, which apply it at the same step (relax_straggler.live.lockstep).
   The training thread never waits for a peer (but, one step's time at most, for a
   decision broadcast 16 steps earlier and not arrived yet) and never synchronizes.
 
@@ -30,29 +30,29 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import core, ext
-from relax_straggler.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather
-from relax_straggler.collectives import CollectiveLayer
+from relax_straggler.live.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather
+from relax_straggler.live.collectives import CollectiveLayer
 from relax_straggler.config import StragglerConfig
-from relax_straggler.control import ControlCommand, ControlFile
-from relax_straggler.gc_pauses import GcPauses
-from relax_straggler.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
-from relax_straggler.stages import MEASURED_STAGES, STAGES, check_section
-from relax_straggler.hooks import TrainingHooks
-from relax_straggler.join import JoinTimeout, meet
-from relax_straggler.kernel_evidence import KernelSource, open_kernel_source
-from relax_straggler.module_stages import ModuleStageHooks
-from relax_straggler.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
-from relax_straggler.payload import row_from_sample, unpack
-from relax_straggler.report import Report
+from relax_straggler.live.control import ControlCommand, ControlFile
+from relax_straggler.live.gc_pauses import GcPauses
+from relax_straggler.live.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
+from relax_straggler.common.stages import MEASURED_STAGES, STAGES, check_section
+from relax_straggler.live.hooks import TrainingHooks
+from relax_straggler.live.join import JoinTimeout, meet
+from relax_straggler.live.kernel_evidence import KernelSource, open_kernel_source
+from relax_straggler.live.module_stages import ModuleStageHooks
+from relax_straggler.live.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
+from relax_straggler.common.payload import row_from_sample, unpack
+from relax_straggler.judge.report import Report
 from relax_straggler.reporters import ReportPipeline, RunSummary, Sink
 from relax_straggler.reporters.factory import build_sinks, describe_outputs
 from relax_straggler.reporters.narrator import Narrator, show_by_default
-from relax_straggler.run_queue import RunQueueClock
-from relax_straggler.side_channel import open_side_channel
-from relax_straggler.side_tree import TreeGather
-from relax_straggler.side_failure import SideFailure
-from relax_straggler.stack_sampler import StackSampler
-from relax_straggler.works import reason
+from relax_straggler.live.run_queue import RunQueueClock
+from relax_straggler.live.side_channel import open_side_channel
+from relax_straggler.live.side_tree import TreeGather
+from relax_straggler.common.side_failure import SideFailure
+from relax_straggler.live.stack_sampler import StackSampler
+from relax_straggler.live.works import reason
 
 if TYPE_CHECKING:
     from relax_straggler.judge import Judge
@@ -283,7 +283,7 @@ class Analyzer(AnalyzerAPI):
 
     # public API ------------------------------------------------------------------------
     def section(self, name: str) -> ContextManager[Any]:
-        """Context manager timing `name` (a stage of relax_straggler.stages.STAGES) on sampled steps.
+        """Context manager timing `name` (a stage of relax_straggler.common.stages.STAGES) on sampled steps.
 
         Raises ValueError for an unknown stage. Sections nest and accumulate within a step.
         """
@@ -668,7 +668,7 @@ def install(model: Models, optimizer: Optional[torch.optim.Optimizer] = None, *,
     judged only against their own group and the spread between groups is reported as
     structural imbalance (straggler/{stage}/imbalance_ratio). Give it on every rank or
     on none. kernel_source: where --straggler-kernel-stats (config.kernel_stats) gets kernel
-    records (relax_straggler.kernel_evidence; e.g. a SyntheticKernelSource); default: what
+    records (relax_straggler.live.kernel_evidence; e.g. a SyntheticKernelSource); default: what
     the build can run, none (one warning) where it has no CUPTI. step_label(step) -> the
     training loop's own number of a sampled step, given the analyzer's count of steps
     since install (called on the report thread of the metrics rank): every sink, the

@@ -1,10 +1,10 @@
 """A rank's sampled Python stack as the verdict carries it, and its form in the row.
 
-relax_straggler.stack_sampler takes the samples on the rank the metrics rank named; they
-travel once in that rank's row (relax_straggler.payload, STACK_LEN floats: the samples taken,
+relax_straggler.live.stack_sampler takes the samples on the rank the metrics rank named; they
+travel once in that rank's row (relax_straggler.common.payload, STACK_LEN floats: the samples taken,
 the count of each of the TOP most frequent frames, and their text, "file:line:function" per
 line, UTF-8, 6 bytes per float64, exact below 2**53) and reach Facts.stack
-(relax_straggler.confirm).
+(relax_straggler.judge.confirm).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch.autograd import Variable
 
-from relax_straggler.stages import stage_id
+from relax_straggler.common.stages import stage_id
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """The confirmed straggler verdict: one decision across sampled reports.
 
 The per-step rule (report.py: slow in a stage if t >= ref x relative_threshold or
-t - ref >= absolute_ms_threshold, relax_straggler.thresholds) judges each sampled step
+t - ref >= absolute_ms_threshold, relax_straggler.common.thresholds) judges each sampled step
 alone; this module keeps evidence across reports and answers with states a person can act
 on. The arithmetic is the engine's (csrc/core/confirm); this module gives it plain Python
-data and, when configured, runs the window ensemble (relax_straggler.window) every
+data and, when configured, runs the window ensemble (relax_straggler.window.live) every
 ``window_every`` reports as a second witness. The live analyzer, ``analyze``, the monitor
 and the detection-quality benchmark all call it::
 
-    from relax_straggler.confirm import ConfirmConfig, ConfirmedVerdict
+    from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
     verdict = ConfirmedVerdict(ConfirmConfig(window_every=10))
     for report in reports:                       # on the report thread, in step order
         result = verdict.update(report.step, report.judged_ms, report.stages, groups=report.groups)
@@ -38,14 +38,14 @@ its group's), ``host`` (its stream sat idle longer) or ``communication_link`` (i
 kernels ran longer while its peers' compute was normal); it stays ``compute`` where the
 records do not tell (not measured, or no field dominates), and the measured kernel times go
 to ``facts.kernel``. Given each rank's run-queue wait (``update(..., run_queue_ms=)``: how
-long its training thread waited for a CPU in the step, relax_straggler.run_queue), a
+long its training thread waited for a CPU in the step, relax_straggler.live.run_queue), a
 ``compute``, ``data``, ``communication_link`` or ``unknown`` cause becomes
 ``host_contention`` first when the rank's wait beyond its group's explains at least half of
 the finding's excess (HOST_CONTENTION_SHARE; the median over the reports that agree with the
 finding, so one descheduled step does not decide it): its core was shared, the work did not
 grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Given each rank's
 garbage-collection pauses (``update(..., gc=)``: pause time and collections over every step
-since its previous row, relax_straggler.gc_pauses), the same causes, and ``host_contention``
+since its previous row, relax_straggler.live.gc_pauses), the same causes, and ``host_contention``
 where the pauses explain more than the wait, become ``gc`` when the rank's pause time per step
 beyond its group's explains at least half of the finding's excess (GC_SHARE). Pauses are rare
 and long, so they are pooled over the steps of the reports agreeing with the finding (a mean
@@ -63,18 +63,18 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler import thresholds
+from relax_straggler.common import thresholds
 from relax_straggler._ext import core
 from relax_straggler.config import StragglerConfig
-from relax_straggler.detect import WindowConfig, WindowResult
-from relax_straggler.metric_names import (VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_RANK, VERDICT_RATIO,
+from relax_straggler.window.detector import WindowConfig, WindowResult
+from relax_straggler.common.metric_names import (VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_RANK, VERDICT_RATIO,
                                           VERDICT_SINCE_STEP, VERDICT_STAGE, VERDICT_STATUS)
-from relax_straggler.payload import GC_FIELDS, GcPauseRows, KernelMatrix
-from relax_straggler.stacks import StackSample
-from relax_straggler.stages import WORKLOAD_STAGES
-from relax_straggler.validators import require_int, require_window_size
-from relax_straggler.workload import normalize_workload
-from relax_straggler.window import WindowDetector
+from relax_straggler.common.payload import GC_FIELDS, GcPauseRows, KernelMatrix
+from relax_straggler.common.stacks import StackSample
+from relax_straggler.common.stages import WORKLOAD_STAGES
+from relax_straggler.common.validators import require_int, require_window_size
+from relax_straggler.common.workload import normalize_workload
+from relax_straggler.window.live import WindowDetector
 
 STATES = ("healthy", "suspected", "straggler", "recovered", "imbalance", "insufficient_evidence")
 # The package's one cause vocabulary: a confirmed finding's inferred cause, live, offline
@@ -108,7 +108,7 @@ class ConfirmConfig:
     """Settings of the confirmed verdict (csrc/core/confirm/config.h explains each).
 
     relative_threshold / absolute_ms_threshold: the slow-rank rule (t >= ref x relative or
-    t - ref >= absolute ms, relax_straggler.thresholds) as the minimum effect size of one
+    t - ref >= absolute ms, relax_straggler.common.thresholds) as the minimum effect size of one
     report (dimensionless, ms). noise_sigmas: learned-noise sigmas a ratio must also clear.
     confirm_reports / recover_reports: reports in a row to confirm / recover.
     sequential_budget: false alarms per report the sequential test may raise in a
@@ -212,7 +212,7 @@ class Facts:
     gc_step_ms: float = float("nan")
     gc_step_excess_ms: float = float("nan")
     # Where its training thread was: its most frequent frames over a few sampled steps after
-    # it was confirmed (relax_straggler.stack_sampler), when given to update(); None until then.
+    # it was confirmed (relax_straggler.live.stack_sampler), when given to update(); None until then.
     stack: Optional[StackSample] = None
 
 
@@ -335,7 +335,7 @@ class ConfirmedVerdict:
         NaN = not measured; with a workload, per token as ms is) or None. run_queue_ms: (ranks,)
         each rank's training thread's wait for a CPU in the step, ms (NaN = not measured), or
         None. gc: each rank's garbage-collection pauses over the steps since its previous row
-        (relax_straggler.payload.GcPauseRows, NaN = not measured), or None. stacks: rank -> its
+        (relax_straggler.common.payload.GcPauseRows, NaN = not measured), or None. stacks: rank -> its
         sampled stack, for the ranks whose sample arrived with this report; kept, and carried
         in the facts of its straggler findings, while the rank stays confirmed. Raises
         ValueError naming the malformed input."""
