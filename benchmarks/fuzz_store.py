@@ -194,9 +194,9 @@ def store_seed(name: str, work: Path, rng: random.Random) -> StoreSeed:
 
 def journal_seed(work: Path) -> JournalSeed:
     """The journal seed of the module docstring, written by the monitor."""
+    from relax_straggler.common.topology import Topology
     from relax_straggler.monitor.service import Monitor, MonitorConfig
     from relax_straggler.stores.file import FileStore
-    from relax_straggler.common.topology import Topology
 
     root = work / "seed-journal"
     now = [T0 - 100.0]

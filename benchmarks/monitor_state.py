@@ -21,8 +21,8 @@ import time
 
 
 def measure(jobs: int, samples: int) -> dict:
-    from relax_straggler.monitor.service import Monitor, MonitorConfig
     from relax_straggler.common.topology import Topology
+    from relax_straggler.monitor.service import Monitor, MonitorConfig
 
     workdir = tempfile.mkdtemp(prefix="monitor-state-")
     try:

@@ -47,14 +47,14 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import core, ext
-from relax_straggler.live.aggregation import LocalGather, SideGroupGather
 from relax_straggler.common.payload import row_from_sample, unpack
-from relax_straggler.judge.report import build_report, verdict_config
-from relax_straggler.reporters import JsonlSink, RunSummary
 from relax_straggler.common.stages import STAGES, stage_id
+from relax_straggler.judge.report import build_report, verdict_config
+from relax_straggler.live.aggregation import LocalGather, SideGroupGather
+from relax_straggler.reporters import JsonlSink, RunSummary
+import relax_straggler
 
 C = ext()
 NEVER = 2**62  # a warm-up no step reaches: never sampled

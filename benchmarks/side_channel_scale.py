@@ -102,9 +102,9 @@ def _rank_main(rank: int, world: int, port: int, reports: int, lazy: bool, node_
                out: Any) -> None:
     import torch.distributed as dist
 
+    from relax_straggler.common.payload import ROW_LEN
     from relax_straggler.config import StragglerConfig
     from relax_straggler.live.lockstep import LockstepChannel
-    from relax_straggler.common.payload import ROW_LEN
     from relax_straggler.live.side_channel import open_side_channel
 
     os.environ["LOCAL_WORLD_SIZE"] = str(node_size or world)
@@ -239,8 +239,8 @@ def _synthetic(ranks: int, rng: np.random.Generator) -> tuple[np.ndarray, Any]:
 def judge_us(ranks: int, reports: int, seed: int = 0) -> dict[str, float]:
     """Mean us per report of the report thread's judging at `ranks` synthetic ranks."""
     from relax_straggler import StragglerConfig
-    from relax_straggler.judge import Judge
     from relax_straggler.common.payload import unpack
+    from relax_straggler.judge import Judge
     from relax_straggler.judge.report import build_report
 
     rng = np.random.default_rng(seed)

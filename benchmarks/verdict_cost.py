@@ -20,11 +20,11 @@ import time
 import numpy as np
 
 from relax_straggler import StragglerConfig
-from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.common.payload import pack, unpack
-from relax_straggler.judge.columns import all_stages
-from relax_straggler.judge.report import build_report
 from relax_straggler.common.stages import STAGE_IDS, STAGES
+from relax_straggler.judge.columns import all_stages
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.judge.report import build_report
 
 CORE = ("forward", "backward", "optimizer", "communication", "data")
 

@@ -31,10 +31,10 @@ import numpy as np
 import torch.distributed as dist
 
 from relax_straggler._ext import core, ext
-from relax_straggler.live.aggregation import LocalGather, SideGroupGather
-from relax_straggler.live.op_records import OpRecorder
 from relax_straggler.common.payload import DEFAULT_MAX_OPS, OP_FIELDS, OP_TYPE_IDS, ROW_LEN, pack_ops
 from relax_straggler.common.stages import STAGES
+from relax_straggler.live.aggregation import LocalGather, SideGroupGather
+from relax_straggler.live.op_records import OpRecorder
 from relax_straggler.whatif.live import LiveWhatIf
 
 # The engine's synthetic op types (csrc/core/whatif/synthetic.cpp, kSyntheticOpTypes) -> the

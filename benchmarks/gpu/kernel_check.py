@@ -49,10 +49,10 @@ import torch.distributed as dist
 
 import relax_straggler
 import relax_straggler.live.analyzer as analyzer_module
-from relax_straggler.demo import GPT, Batches, GPTConfig, load_corpus, next_token_loss
-from relax_straggler.live.kernel_evidence import KernelSource, StageKernels
 from relax_straggler.common.serialization import json_safe
 from relax_straggler.common.stages import STAGES
+from relax_straggler.demo import GPT, Batches, GPTConfig, load_corpus, next_token_loss
+from relax_straggler.live.kernel_evidence import KernelSource, StageKernels
 
 CONTEND_RANK = 1
 REPORTED_STAGES = ("forward", "backward", "optimizer", "communication")

@@ -12,8 +12,8 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.analysis.config import AnalyzeConfig
-from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 from relax_straggler.common.stages import STAGES
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,13 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.analysis.confirmed import ConfirmedSummary, ConfirmedTally
-from relax_straggler.window.ensemble import EnsembleVotes, StepHistory, run_ensemble
 from relax_straggler.analysis.minmax import MinMaxSummary
 from relax_straggler.analysis.rank_timeline import RankTimeline
-from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes
-from relax_straggler.common.topology import Topology
 from relax_straggler.common.stages import STAGE_IDS, STAGES, is_communication
+from relax_straggler.common.topology import Topology
 from relax_straggler.common.workload import normalize_workload
+from relax_straggler.readers import InputError, MinMaxStep, Source, StepTimes
+from relax_straggler.window.ensemble import EnsembleVotes, StepHistory, run_ensemble
 
 COMPUTE_STAGES: tuple[str, ...] = tuple(s for s in STAGES if not is_communication(s))
 COLLECTIVE_STAGES: tuple[str, ...] = tuple(

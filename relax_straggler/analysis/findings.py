@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.analysis.engine import COLLECTIVE_STAGES, COMPUTE_STAGES, RunResult
-from relax_straggler.window.ensemble import EnsembleVotes
 from relax_straggler.analysis.minmax import LIMITATIONS as MINMAX_LIMITATIONS
+from relax_straggler.window.ensemble import EnsembleVotes
 from relax_straggler.analysis.result import (Analysis, Anomaly, BaselineOutlier, InputFacts, Jump, LateArrivalCount,
                                              PipelineEvidence, RankScores, StageDetail, Verdict)
 from relax_straggler.common.stages import STAGES

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from relax_straggler.readers import MinMaxStep
 from relax_straggler.common.stages import STAGES, is_communication
+from relax_straggler.readers import MinMaxStep
 
 LIMITATIONS = (
     "min/max timer logs give no per-rank times: no rank or node can be named (rerun with "

@@ -42,8 +42,8 @@ import orjson
 
 from relax_straggler.analysis.config import AnalyzeConfig
 from relax_straggler.analysis.engine import RunResult
-from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.findings import build_analysis
+from relax_straggler.analysis.headline import headline
 from relax_straggler.analysis.result import Analysis, RankScores, Verdict
 from relax_straggler.common.serialization import json_safe
 

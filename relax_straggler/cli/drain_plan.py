@@ -70,11 +70,11 @@ def _from_monitor(args: argparse.Namespace) -> dict:
 
 
 def _from_store(args: argparse.Namespace) -> dict:
+    from relax_straggler.common.topology import Topology
     from relax_straggler.monitor.drain import plan_from_store
     from relax_straggler.readers.base import InputError
     from relax_straggler.stores.base import StoreError
     from relax_straggler.stores.opener import open_store
-    from relax_straggler.common.topology import Topology
 
     try:
         store = open_store(args.source, create=False)

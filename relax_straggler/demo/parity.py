@@ -35,9 +35,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import relax_straggler
-from relax_straggler.live.analyzer import Analyzer, NullAnalyzer
 from relax_straggler.config import StragglerConfig
+from relax_straggler.live.analyzer import Analyzer, NullAnalyzer
+import relax_straggler
 
 log = logging.getLogger(__name__)
 

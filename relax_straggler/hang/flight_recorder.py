@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from relax_straggler.common.metric_names import HANG_ANSWER
 from relax_straggler.hang.diagnose import TEXT_RUNS, HangAnswer, compact, diagnose, label
 from relax_straggler.hang.fr_dumps import Dump, Entry, dump_files, load_dump
 from relax_straggler.hang.slow_collectives import slow_collectives
-from relax_straggler.common.metric_names import HANG_ANSWER
 from relax_straggler.readers.base import InputError
 
 FORMAT = "flight-recorder"

@@ -35,9 +35,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from relax_straggler.readers.base import InputError
 from relax_straggler.common.topology import MAX_WORLD_SIZE
 from relax_straggler.common.validators import is_int
+from relax_straggler.readers.base import InputError
 
 DEFAULT_PREFIX = "nccl_trace_rank_"
 STATES = ("scheduled", "started", "completed")

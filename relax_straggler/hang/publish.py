@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Optional, Sequence
 
+from relax_straggler.common.metric_names import HANG_ANSWER
 from relax_straggler.config import StragglerConfig
 from relax_straggler.hang.diagnose import HangAnswer
-from relax_straggler.common.metric_names import HANG_ANSWER
 from relax_straggler.reporters.base import HangEvent, Sink
 from relax_straggler.reporters.factory import build_sinks
 

@@ -41,14 +41,14 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import ext
-from relax_straggler.live.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
-from relax_straggler.live.analyzer import install as install_analyzer
-from relax_straggler.config import StragglerConfig
 from relax_straggler.common.megatron_timers import live_stage
-from relax_straggler.live.module_stages import ModuleStageHooks
-from relax_straggler.live.op_records import OpRecorder
 from relax_straggler.common.payload import DEFAULT_MAX_OPS, OP_TYPE_IDS
 from relax_straggler.common.stages import stage_id
+from relax_straggler.config import StragglerConfig
+from relax_straggler.live.analyzer import Analyzer, AnalyzerAPI, NullAnalyzer
+from relax_straggler.live.analyzer import install as install_analyzer
+from relax_straggler.live.module_stages import ModuleStageHooks
+from relax_straggler.live.op_records import OpRecorder
 
 log = logging.getLogger(__name__)
 

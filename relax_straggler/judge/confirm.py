@@ -63,8 +63,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler.common import thresholds
 from relax_straggler._ext import core
+from relax_straggler.common import thresholds
 from relax_straggler.config import StragglerConfig
 from relax_straggler.window.detector import WindowConfig, WindowResult
 from relax_straggler.common.metric_names import (VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_RANK, VERDICT_RATIO,

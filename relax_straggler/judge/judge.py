@@ -8,13 +8,13 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler.config import StragglerConfig
-from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
-from relax_straggler.judge.columns import all_stages, kernel_all_stages
-from relax_straggler.judge.history import ConfigHistory
 from relax_straggler.common.payload import Gathered
-from relax_straggler.judge.report import Report, build_report
 from relax_straggler.common.stages import STAGES
+from relax_straggler.config import StragglerConfig
+from relax_straggler.judge.columns import all_stages, kernel_all_stages
+from relax_straggler.judge.confirm import ConfirmConfig, ConfirmedVerdict
+from relax_straggler.judge.history import ConfigHistory
+from relax_straggler.judge.report import Report, build_report
 from relax_straggler.whatif.live import LiveWhatIf
 
 # The StragglerConfig fields runtime control may change while the run is judged.

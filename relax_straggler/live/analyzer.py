@@ -30,29 +30,29 @@ import torch
 import torch.distributed as dist
 
 from relax_straggler._ext import core, ext
+from relax_straggler.common.payload import row_from_sample, unpack
+from relax_straggler.common.side_failure import SideFailure
+from relax_straggler.common.stages import MEASURED_STAGES, STAGES, check_section
+from relax_straggler.config import StragglerConfig
+from relax_straggler.judge.report import Report
 from relax_straggler.live.aggregation import GatherUnavailable, LocalGather, PendingRows, SideGroupGather
 from relax_straggler.live.collectives import CollectiveLayer
-from relax_straggler.config import StragglerConfig
 from relax_straggler.live.control import ControlCommand, ControlFile
 from relax_straggler.live.gc_pauses import GcPauses
-from relax_straggler.live.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
-from relax_straggler.common.stages import MEASURED_STAGES, STAGES, check_section
 from relax_straggler.live.hooks import TrainingHooks
 from relax_straggler.live.join import JoinTimeout, meet
 from relax_straggler.live.kernel_evidence import KernelSource, open_kernel_source
+from relax_straggler.live.lockstep import Decision, LocalLockstep, LockstepChannel, SideGroupFailed
 from relax_straggler.live.module_stages import ModuleStageHooks
 from relax_straggler.live.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
-from relax_straggler.common.payload import row_from_sample, unpack
-from relax_straggler.judge.report import Report
-from relax_straggler.reporters import ReportPipeline, RunSummary, Sink
-from relax_straggler.reporters.factory import build_sinks, describe_outputs
-from relax_straggler.reporters.narrator import Narrator, show_by_default
 from relax_straggler.live.run_queue import RunQueueClock
 from relax_straggler.live.side_channel import open_side_channel
 from relax_straggler.live.side_tree import TreeGather
-from relax_straggler.common.side_failure import SideFailure
 from relax_straggler.live.stack_sampler import StackSampler
 from relax_straggler.live.works import reason
+from relax_straggler.reporters import ReportPipeline, RunSummary, Sink
+from relax_straggler.reporters.factory import build_sinks, describe_outputs
+from relax_straggler.reporters.narrator import Narrator, show_by_default
 
 if TYPE_CHECKING:
     from relax_straggler.judge import Judge

@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from relax_straggler.live.control import ControlCommand, ControlFile
 from relax_straggler.common.side_failure import DECISION_FAILED, DECISION_LATE, SideFailure
+from relax_straggler.live.control import ControlCommand, ControlFile
 from relax_straggler.live.works import Outcome, never_free, outcome, reason
 
 MIN_LAG_STEPS = 16  # steps between a decision's broadcast and its use, at least

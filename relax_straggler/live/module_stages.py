@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 import torch
 
+from relax_straggler.common.stages import MODULE_STAGES, stage_id
 from relax_straggler.config import StragglerConfig
 from relax_straggler.live.hooks import _in_backward, grad_tensors, guarded
-from relax_straggler.common.stages import MODULE_STAGES, stage_id
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Sequence, Union
 
-from relax_straggler.live.aggregation import SideGroupGather
 from relax_straggler.config import StragglerConfig
+from relax_straggler.live.aggregation import SideGroupGather
 from relax_straggler.live.lazy_gloo import lazy_connections
 from relax_straggler.live.side_tree import TreeGather
 

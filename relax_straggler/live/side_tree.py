@@ -45,11 +45,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from relax_straggler.common.payload import ROW_LEN
+from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
 from relax_straggler.live import aggregation
 from relax_straggler.live.aggregation import STATUS_LEN, GatherUnavailable, _joined
-from relax_straggler.common.payload import ROW_LEN
 from relax_straggler.live.lazy_gloo import lazy_connections
-from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK, SideFailure
 from relax_straggler.live.works import Outcome, never_free, outcome, reason
 
 log = logging.getLogger(__name__)

@@ -45,11 +45,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field
 
+from relax_straggler.common.topology import Topology
 from relax_straggler.monitor import page
 from relax_straggler.monitor.guard import ApiGuard, GuardMiddleware
 from relax_straggler.monitor.service import JobLimitError, Monitor
 from relax_straggler.stores.base import JOB_ID_PATTERN
-from relax_straggler.common.topology import Topology
 
 # Job ids as store_base.JOB_ID_PATTERN; "jobs", "metrics", "docs" and "redoc" are routes of
 # their own and cannot be read through GET /{job_id} (GET /jobs/{job_id} reads any).

@@ -100,10 +100,10 @@ def plan_from_store(store, job_id: str, topology=None, trigger=None, analyze_con
     run). Returns {"job_id", "status", "verdict", "drain_plan"}. Raises StoreError,
     InputError, KeyError when the store has no iteration of the job."""
     from relax_straggler.analysis import AnalyzeConfig
+    from relax_straggler.common.topology import Topology
     from relax_straggler.monitor.range_analysis import analyze_range
     from relax_straggler.monitor.trigger import ACTIVE, DETECTED, JobDetector, TriggerConfig
     from relax_straggler.monitor.verdict import current_verdict
-    from relax_straggler.common.topology import Topology
 
     iterations = store.iterations(job_id)
     if not iterations:

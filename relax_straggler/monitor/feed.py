@@ -44,11 +44,11 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from relax_straggler.stores import end_rows
-from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
-from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, StepTimes
 from relax_straggler.common.megatron_timers import stage_timer_name, timer_meaning
 from relax_straggler.common.stages import STAGE_IDS, STAGES
+from relax_straggler.readers.base import P2P_OPS, InputError, MinMaxStep, StepTimes
+from relax_straggler.stores import end_rows
+from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Store
 
 _ALLREDUCE = STAGE_IDS["communication/allreduce"]
 _TIMER_COLUMNS = [(STAGE_IDS[s], stage_timer_name(s)) for s in STAGES]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
 from relax_straggler.common.topology import Topology
+from relax_straggler.monitor.trigger import IterationRange, JobDetector, TriggerConfig
 
 # Status changes kept per job (oldest dropped).
 MAX_TRANSITIONS = 50

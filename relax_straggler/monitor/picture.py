@@ -15,8 +15,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from relax_straggler.readers.base import StepTimes
 from relax_straggler.common.stages import STAGE_IDS
+from relax_straggler.readers.base import StepTimes
 
 MAX_COLUMNS = 128
 _COMPUTE = [STAGE_IDS[s] for s in ("forward", "backward", "optimizer")]

@@ -21,19 +21,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from relax_straggler.analysis import Analysis, AnalyzeConfig, analyze, build_analysis
-from relax_straggler.window.ensemble import EnsembleVotes, StepHistory, run_ensemble
-from relax_straggler.analysis.result import Anomaly
 from relax_straggler.analysis.headline import headline
+from relax_straggler.analysis.result import Anomaly
 from relax_straggler.analysis.summary import verdict_dict
-from relax_straggler.window.detector import WindowConfig
 from relax_straggler.common.metric_names import FINDING_METRIC, VERDICT_METRIC
-from relax_straggler.stores import verdict_rows
-from relax_straggler.stores.base import Sample, Store, table_to_samples
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.monitor.picture import window_picture
 from relax_straggler.monitor.trigger import IterationRange
 from relax_straggler.readers.base import InputError, StepTimes
-from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.metrics_rows import StoreSource
+from relax_straggler.stores import verdict_rows
+from relax_straggler.stores.base import Sample, Store, table_to_samples
+from relax_straggler.window.detector import WindowConfig
+from relax_straggler.window.ensemble import EnsembleVotes, StepHistory, run_ensemble
 
 # Evidence lines kept per result.
 MAX_EVIDENCE = 12

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
 from relax_straggler.analysis import AnalyzeConfig
+from relax_straggler.common.topology import Topology
 from relax_straggler.monitor.analyses import AnalysisPool
 from relax_straggler.monitor.connection import StoreConnection
 from relax_straggler.monitor.drain import drain_plan
@@ -29,7 +30,6 @@ from relax_straggler.monitor.poll import Poller
 from relax_straggler.monitor.trigger import JobDetector, TriggerConfig
 from relax_straggler.monitor.verdict import current_verdict
 from relax_straggler.stores.url import DEFAULT_TABLE, parse_store_url
-from relax_straggler.common.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ import numpy as np
 
 from relax_straggler.readers.base import (MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes,
                                           check_dense, finite_number, parse_json_int)
-from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
 from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology, make_layout
+from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
 from relax_straggler.readers.op_trace import (DuplicateFilter, OpNames, StepAccumulator, load_meta, meta_path_for,
                                               row_keys)
 

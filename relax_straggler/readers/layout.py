@@ -14,8 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-from relax_straggler.readers.base import DENSE_CELLS_FLOOR, DENSE_CELLS_PER_RECORD, InputError, check_dense
 from relax_straggler.common.topology import MAX_WORLD_SIZE, Layout, Topology
+from relax_straggler.readers.base import DENSE_CELLS_FLOOR, DENSE_CELLS_PER_RECORD, InputError, check_dense
 
 
 def out_of_bounds(topology: Topology, dp: np.ndarray, pp: np.ndarray, rank: np.ndarray) -> np.ndarray:

@@ -25,9 +25,9 @@ import numpy as np
 from relax_straggler._ext import core
 from relax_straggler.readers.base import (P2P_OPS, InputError, MinMaxStep, Problems, Step, StepTimes, check_dense,
                                           empty_stage_row)
+from relax_straggler.common.stages import STAGES
 from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology, make_layout
 from relax_straggler.readers.op_trace import OpNames
-from relax_straggler.common.stages import STAGES
 
 CHUNK_BYTES = 8 << 20
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from relax_straggler.common.megatron_timers import timer_meaning
-from relax_straggler.readers.base import P2P_OPS
 from relax_straggler.common.stages import STAGE_IDS
+from relax_straggler.readers.base import P2P_OPS
 
 
 @dataclass(frozen=True)

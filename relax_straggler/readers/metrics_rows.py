@@ -36,10 +36,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, Store, samples_to_table
-from relax_straggler.readers.base import MAX_TIME_MS, P2P_OPS, InputError, Problems, StepTimes, empty_stage_row
 from relax_straggler.common.topology import Topology
+from relax_straggler.readers.base import MAX_TIME_MS, P2P_OPS, InputError, Problems, StepTimes, empty_stage_row
 from relax_straggler.readers.megatron_names import timer_target
+from relax_straggler.stores.base import STEP_METRIC, IterationTime, Sample, Store, samples_to_table
 
 FORMAT = "megatron-metrics"
 ROWS_PER_TABLE = 65_536

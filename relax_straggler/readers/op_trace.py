@@ -16,10 +16,10 @@ from typing import Iterator, Optional
 import numpy as np
 import yaml
 
-from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, check_dense
-from relax_straggler.common.topology import Topology, make_layout
-from relax_straggler.readers.megatron_names import TimerTarget, timer_target
 from relax_straggler.common.stages import STAGES
+from relax_straggler.common.topology import Topology, make_layout
+from relax_straggler.readers.base import P2P_OPS, InputError, Problems, StepTimes, check_dense
+from relax_straggler.readers.megatron_names import TimerTarget, timer_target
 
 _TRACE_NAME = re.compile(r"^(?:trace|timeline|ideal-timeline)-(?P<name>.+?)\.(?:parquet|json|json\.gz)$")
 

@@ -26,11 +26,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.arrow_values import nulls, values
 from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, InputError, Problems, StepTimes, check_dense
 from relax_straggler.readers.layout import out_of_bounds, resolve_layout
 from relax_straggler.readers.op_records import OpCollector, OpRecords, Placement
-from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers.op_trace import (DuplicateFilter, KeyIndex, OpNames, StepAccumulator, load_meta,
                                               meta_path_for, row_keys)
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+from relax_straggler.common.topology import Topology
+from relax_straggler.readers.base import InputError, StepTimes
+from relax_straggler.readers.metrics_rows import StoreSource
 from relax_straggler.stores.base import StoreError
 from relax_straggler.stores.url import QUERY_PARAMETERS, parse_store_url, redact
-from relax_straggler.readers.base import InputError, StepTimes
-from relax_straggler.common.topology import Topology
-from relax_straggler.readers.metrics_rows import StoreSource
 
 SCHEMES = ("clickhouse://", "file://")
 LAST_ITERATION = 2**62  # "to the end": iterations are Int64

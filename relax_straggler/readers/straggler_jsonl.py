@@ -20,8 +20,8 @@ import numpy as np
 from relax_straggler.common.metric_names import HANG_ANSWER
 from relax_straggler.readers.base import (MAX_STEP, MAX_TIME_MS, InputError, Problems, StepTimes, empty_stage_row,
                                           finite_number, parse_json_int, short_repr)
-from relax_straggler.common.topology import Topology
 from relax_straggler.common.stages import STAGE_IDS
+from relax_straggler.common.topology import Topology
 
 
 class StragglerJsonlReader:

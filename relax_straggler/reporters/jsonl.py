@@ -20,9 +20,9 @@ import threading
 import time
 
 from relax_straggler.common.appending import append_whole
+from relax_straggler.common.serialization import json_safe
 from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
-from relax_straggler.common.serialization import json_safe
 
 log = logging.getLogger(__name__)
 

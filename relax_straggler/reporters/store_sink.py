@@ -43,15 +43,15 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from relax_straggler.common.megatron_timers import stage_timer_name
 from relax_straggler.stores import end_rows, hang_rows, verdict_rows
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, Sample, Store, samples_to_table
 from relax_straggler.stores.url import parse_writer_url
-from relax_straggler.common.megatron_timers import stage_timer_name
 from relax_straggler.common.metric_names import (FINDING_METRIC, VERDICT_CAUSE, VERDICT_CONFIDENCE, VERDICT_METRIC,
                                           VERDICT_RANK, VERDICT_RATIO, VERDICT_SINCE_STEP, VERDICT_STAGE)
+from relax_straggler.common.stages import CORE_STAGES
 from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
-from relax_straggler.common.stages import CORE_STAGES
 
 log = logging.getLogger(__name__)
 

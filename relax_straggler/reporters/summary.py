@@ -13,9 +13,9 @@ from typing import Optional
 import numpy as np
 
 from relax_straggler.common.metric_names import stage_prefix
+from relax_straggler.common.stages import is_communication
 from relax_straggler.judge.report import Report
 from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
-from relax_straggler.common.stages import is_communication
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ import pyarrow as pa
 from relax_straggler.stores.base import SAMPLE_SCHEMA, STEP_METRIC, IterationTime, Sample, StoreError, samples_to_table
 from relax_straggler.stores.clickhouse_client import (CHANGED_COLUMNS_CODES, MISSING_TABLE_CODES, PERMISSION_CODES,
                                                       ClickHouseClient, ClickHouseError, credentials)
+from relax_straggler.common.validators import is_int
 from relax_straggler.stores.clickhouse_layout import Layout, own_ddl
 from relax_straggler.stores.clickhouse_rows import arrow_samples, arrow_tables, insert_table
 from relax_straggler.stores.row_rules import MAX_TIMESTAMP as _MAX_TIMESTAMP, check_table
 from relax_straggler.stores.url import parse_store_url, redact
-from relax_straggler.common.validators import is_int
 
 log = logging.getLogger(__name__)
 

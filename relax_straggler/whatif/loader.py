@@ -19,8 +19,8 @@ from typing import Optional
 
 import numpy as np
 
-from relax_straggler.readers import OP_FORMATS, InputError, OpRecords, Problems, Source, detect_format, open_source
 from relax_straggler.common.topology import Topology
+from relax_straggler.readers import OP_FORMATS, InputError, OpRecords, Problems, Source, detect_format, open_source
 from relax_straggler.whatif.complete import complete_steps
 from relax_straggler.whatif.errors import WhatIfInputError
 from relax_straggler.whatif.op_jsonl import OP_JSONL, OpJsonlSource

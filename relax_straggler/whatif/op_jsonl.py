@@ -19,10 +19,10 @@ from typing import Optional
 
 import numpy as np
 
+from relax_straggler.common.topology import MAX_WORLD_SIZE
 from relax_straggler.readers import OpRecords, Problems
 from relax_straggler.readers.base import MAX_SMALL_ID, MAX_STEP, MAX_TIME_S, finite_number, parse_json_int, short_repr
 from relax_straggler.readers.megatron_names import timer_target
-from relax_straggler.common.topology import MAX_WORLD_SIZE
 from relax_straggler.whatif.errors import WhatIfInputError
 
 OP_JSONL = "op-jsonl"

@@ -26,8 +26,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler.common import thresholds
 from relax_straggler._ext import core
+from relax_straggler.common import thresholds
 from relax_straggler.common.metric_names import WINDOW_PREFIX
 
 ALGORITHMS: tuple[str, ...] = ("kmeans", "dbscan", "gmm", "agglomerative", "mean_shift", "fuzzy_cmeans")

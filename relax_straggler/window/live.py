@@ -31,10 +31,10 @@ from typing import Any, Deque, Optional, Sequence
 
 import numpy as np
 
-from relax_straggler.window.detector import WindowConfig, WindowResult
-from relax_straggler.window.detector import window as detect_window
 from relax_straggler.common.stages import MEASURED_STAGES, STAGE_IDS
 from relax_straggler.common.validators import require_int, require_window_size
+from relax_straggler.window.detector import WindowConfig, WindowResult
+from relax_straggler.window.detector import window as detect_window
 
 log = logging.getLogger(__name__)
 

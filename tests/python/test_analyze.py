@@ -15,8 +15,8 @@ import pytest
 
 from relax_straggler.analysis import AnalyzeConfig, analyze, build_summary
 from relax_straggler.cli import main
-from relax_straggler.readers import InputError, open_source
 from relax_straggler.common.topology import Topology
+from relax_straggler.readers import InputError, open_source
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

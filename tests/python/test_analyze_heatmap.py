@@ -17,8 +17,8 @@ from relax_straggler.analysis import AnalyzeConfig, analyze
 from relax_straggler.analysis.heatmap import timeline_figure
 from relax_straggler.analysis.rank_timeline import RankTimeline
 from relax_straggler.cli import main
-from relax_straggler.readers import open_source
 from relax_straggler.common.topology import Topology
+from relax_straggler.readers import open_source
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "whatif-traces"
 

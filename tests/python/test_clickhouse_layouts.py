@@ -138,9 +138,9 @@ def test_a_large_answer_arriving_in_many_chunks_is_read_whole(db):
 
 def test_the_monitor_names_the_straggler_of_a_megatron_layout_table(db, tmp_path):
     from conftest import wait_for
+    from relax_straggler.common.topology import Topology
     from relax_straggler.monitor.feed import Injection, Synthetic, feed
     from relax_straggler.monitor.service import Monitor, MonitorConfig
-    from relax_straggler.common.topology import Topology
 
     engine, name = db
     admin(engine, MEGATRON.format(db=name, attributes="JSON"))

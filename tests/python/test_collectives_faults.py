@@ -10,9 +10,9 @@ from conftest import REPO
 SCRIPT = r"""
 import json, logging, os, sys, tempfile
 import torch, torch.distributed as dist
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler.live import collectives
+import relax_straggler
 
 fault = sys.argv[1]
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -19,8 +19,8 @@ from sklearn import metrics as skm  # noqa: E402
 from sklearn.datasets import make_blobs  # noqa: E402
 from sklearn.mixture import GaussianMixture  # noqa: E402
 
-from relax_straggler.window import detector as detect
 from relax_straggler._ext import core  # noqa: E402
+from relax_straggler.window import detector as detect
 
 SEEDS = (0, 1, 2)
 

@@ -30,9 +30,9 @@ import pytest
 
 import relax_straggler
 from conftest import REAL_RUNS, REPO, WorkerCrashed, free_port
+from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK
 from relax_straggler.reporters.pipeline import ReportPipeline
 from relax_straggler.reporters.summary import RunSummary
-from relax_straggler.common.side_failure import GATHER_FAILED, GATHER_STUCK
 from test_install import config, make, train
 from workers.step_times import assert_not_blocked
 

@@ -10,10 +10,10 @@ import pytest
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
 from workers.step_times import assert_not_blocked
 
-from relax_straggler.judge.confirm import GC_SHARE, ConfirmedVerdict
-from relax_straggler.live.gc_pauses import GcPauses
 from relax_straggler.common.payload import GC_FIELDS, GcPauseRows, pack, unpack
 from relax_straggler.common.stages import STAGES as ALL_STAGES
+from relax_straggler.judge.confirm import GC_SHARE, ConfirmedVerdict
+from relax_straggler.live.gc_pauses import GcPauses
 
 
 def cycles(n: int) -> None:

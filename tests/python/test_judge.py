@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from relax_straggler.config import StragglerConfig
-from relax_straggler.judge import Judge
 from relax_straggler.common.payload import pack, unpack
 from relax_straggler.common.stages import STAGES, stage_id
+from relax_straggler.config import StragglerConfig
+from relax_straggler.judge import Judge
 
 RANKS, INTERVAL, REPORTS = 4, 10, 30
 SLOW_RANK, SLOW_FROM = 2, 80  # rank 2 is 1.6x slower in forward from step 80, waiting for a CPU

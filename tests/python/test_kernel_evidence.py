@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import core, ext
-from relax_straggler.judge.confirm import CAUSES, ConfirmedVerdict
-from relax_straggler.live.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_kernel_source
 from relax_straggler.common.payload import KERNEL_FIELDS, ROW_LEN, KernelMatrix, pack, unpack
-from relax_straggler.judge.report import build_report
 from relax_straggler.common.stages import STAGES, stage_id
+from relax_straggler.judge.confirm import CAUSES, ConfirmedVerdict
+from relax_straggler.judge.report import build_report
+from relax_straggler.live.kernel_evidence import CuptiKernelSource, SyntheticKernelSource, open_kernel_source
+import relax_straggler
 
 MS = 1_000_000  # ns
 FORWARD, BACKWARD = stage_id("forward"), stage_id("backward")

@@ -160,10 +160,10 @@ def test_the_judge_judges_where_torch_cannot_be_imported():
 import sys
 sys.modules["torch"] = None
 import numpy as np
-from relax_straggler.config import StragglerConfig
-from relax_straggler.judge import Judge
 from relax_straggler.common.payload import pack, unpack
 from relax_straggler.common.stages import STAGES
+from relax_straggler.config import StragglerConfig
+from relax_straggler.judge import Judge
 rows = []
 for rank in range(4):
     device = np.full(len(STAGES), np.nan)

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-import relax_straggler
+from relax_straggler.common.side_failure import DECISION_LATE, GATHER_FAILED, GATHER_STUCK, SideFailure
 from relax_straggler.live.control import ControlCommand
 from relax_straggler.live.lockstep import MIN_LAG_STEPS, Decision, LocalLockstep, decode, depth_for, encode
-from relax_straggler.common.side_failure import DECISION_LATE, GATHER_FAILED, GATHER_STUCK, SideFailure
+import relax_straggler
 from test_install import config, make, train
 from workers.step_times import StepClock, assert_not_blocked
 

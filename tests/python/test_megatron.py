@@ -12,8 +12,8 @@ import torch.distributed as dist
 
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import ext
-from relax_straggler.integrations.megatron import MegatronTimers, NullMegatronAnalysis, StepLabels, install
 from relax_straggler.common.stages import STAGES, stage_id
+from relax_straggler.integrations.megatron import MegatronTimers, NullMegatronAnalysis, StepLabels, install
 
 from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
 from workers.step_times import assert_not_blocked

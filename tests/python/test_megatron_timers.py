@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from relax_straggler.common import megatron_timers as mt
+from relax_straggler.common.stages import STAGE_IDS, STAGES
+from relax_straggler.common.topology import Topology
 from relax_straggler.integrations import megatron as live
 from relax_straggler.monitor import feed
 from relax_straggler.readers import megatron_names, metrics_rows, open_source
 from relax_straggler.readers.base import P2P_OPS, Problems, StepTimes
 from relax_straggler.reporters import store_sink
-from relax_straggler.common.stages import STAGE_IDS, STAGES
 from relax_straggler.stores.base import Sample
-from relax_straggler.common.topology import Topology
 
 RECV, SEND, AR = "communication/recv", "communication/send", "communication/allreduce"
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler.hang.diagnose import diagnose
-from relax_straggler.judge import Judge
 from relax_straggler.common.metric_names import COUNTERS, METRICS, PREFIX, STORE_ROWS
 from relax_straggler.common.payload import KERNEL_FIELDS, OP_TYPE_IDS, pack, pack_ops, unpack
-from relax_straggler.reporters.store_sink import report_rows
 from relax_straggler.common.stages import STAGES, stage_id
+from relax_straggler.hang.diagnose import diagnose
+from relax_straggler.judge import Judge
+from relax_straggler.reporters.store_sink import report_rows
+import relax_straggler
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "relax_straggler"

@@ -11,11 +11,11 @@ import pytest
 
 from relax_straggler.analysis import analyze, build_summary
 from relax_straggler.monitor.feed import feed, recorded_steps
-from relax_straggler.stores.opener import open_store
-from relax_straggler.stores.base import Sample
 from relax_straggler.readers import InputError, Problems, open_source
 from relax_straggler.readers.base import P2P_OPS
 from relax_straggler.readers.metrics_rows import RowConverter, StoreSource
+from relax_straggler.stores.base import Sample
+from relax_straggler.stores.opener import open_store
 from row_oracle import RowOracle
 from relax_straggler.common.stages import STAGE_IDS
 

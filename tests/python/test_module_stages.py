@@ -13,11 +13,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import ext
-from relax_straggler.live.module_stages import DEFAULT_PATTERNS, ModuleStageHooks, compile_patterns
 from relax_straggler.common.stages import STAGES, stage_id
+from relax_straggler.live.module_stages import DEFAULT_PATTERNS, ModuleStageHooks, compile_patterns
+import relax_straggler
 
 from conftest import REAL_RUNS, REPO, torchrun
 from workers.slow_backward import SlowBackward

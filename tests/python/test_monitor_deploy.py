@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from conftest import free_port, wait_for
+from relax_straggler.common.topology import Topology
 from relax_straggler.monitor.service import Monitor, MonitorConfig
 from relax_straggler.stores.opener import open_store
-from relax_straggler.common.topology import Topology
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_monitor_api import Server, feed, servers  # noqa: E402,F401 (servers: the fixture)

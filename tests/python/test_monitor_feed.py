@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from relax_straggler.common.stages import STAGE_IDS
 from relax_straggler.monitor.feed import Injection, Synthetic, feed, inject, step_table
 from relax_straggler.stores.opener import open_store
-from relax_straggler.common.stages import STAGE_IDS
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-c", "import sys; from relax_straggler.cli import main; sys.exit(main())"]

@@ -12,16 +12,16 @@ import time
 
 import pytest
 
+from relax_straggler.common.topology import Topology
 from relax_straggler.monitor import metrics as metrics_module
 from relax_straggler.monitor.feed import Injection, Synthetic, feed
 from relax_straggler.monitor.service import Monitor, MonitorConfig
 from relax_straggler.monitor.state import read_state
-from relax_straggler.stores.file import FileStore
-from relax_straggler.stores.opener import open_store
+from relax_straggler.monitor.trigger import TriggerConfig
 from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import STEP_METRIC, Sample, StoreError
-from relax_straggler.monitor.trigger import TriggerConfig
-from relax_straggler.common.topology import Topology
+from relax_straggler.stores.file import FileStore
+from relax_straggler.stores.opener import open_store
 
 from conftest import wait_for
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from relax_straggler.common.topology import Topology
 from relax_straggler.monitor.service import JobLimitError, Monitor, MonitorConfig
 from relax_straggler.monitor.state import COMPACT_MIN_BYTES, read_state
-from relax_straggler.common.topology import Topology
 
 REPO = Path(__file__).resolve().parents[2]
 

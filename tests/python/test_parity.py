@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from conftest import REPO
 from workers.step_times import assert_not_blocked
 
-from relax_straggler.demo import parity
 from relax_straggler.cli import main as cli_main
+from relax_straggler.demo import parity
 
 TINY_DEMO = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "2"]
 

@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from relax_straggler.readers import InputError, MinMaxStep, StepTimes, detect_format, open_source
-from relax_straggler.common.topology import Layout, Topology
 from relax_straggler.common.stages import STAGE_IDS
+from relax_straggler.common.topology import Layout, Topology
+from relax_straggler.readers import InputError, MinMaxStep, StepTimes, detect_format, open_source
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 

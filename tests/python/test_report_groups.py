@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler.common.payload import pack, unpack
+from relax_straggler.common.stages import STAGES, stage_id
 from relax_straggler.judge import report as report_module
 from relax_straggler.judge.report import build_report
-from relax_straggler.common.stages import STAGES, stage_id
+import relax_straggler
 
 FORWARD, BACKWARD = stage_id("forward"), stage_id("backward")
 

@@ -11,9 +11,9 @@ import sys
 SCRIPT = r"""
 import sys
 import numpy as np
-import relax_straggler.live.analyzer
-from relax_straggler.judge.confirm import ConfirmedVerdict
 from relax_straggler.common.payload import KernelMatrix
+from relax_straggler.judge.confirm import ConfirmedVerdict
+import relax_straggler.live.analyzer
 
 rng = np.random.default_rng(0)
 verdict = ConfirmedVerdict()

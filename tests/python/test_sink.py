@@ -12,13 +12,13 @@ import pytest
 import relax_straggler
 from conftest import ClickHouseServer, free_port, require_chdb, wait_for
 from relax_straggler import StragglerConfig
-from relax_straggler.stores.clickhouse import ClickHouseStore
-from relax_straggler.reporters.store_sink import StoreSink, report_rows
-from relax_straggler.stores.url import parse_writer_url
-from relax_straggler.stores.base import STEP_METRIC, table_to_samples
-from relax_straggler.readers.metrics_rows import StoreSource
-from relax_straggler.judge.report import Report
 from relax_straggler.common.stages import STAGE_IDS
+from relax_straggler.judge.report import Report
+from relax_straggler.readers.metrics_rows import StoreSource
+from relax_straggler.reporters.store_sink import StoreSink, report_rows
+from relax_straggler.stores.base import STEP_METRIC, table_to_samples
+from relax_straggler.stores.clickhouse import ClickHouseStore
+from relax_straggler.stores.url import parse_writer_url
 from test_install import make, train
 
 _databases = itertools.count()

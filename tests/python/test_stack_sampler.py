@@ -8,12 +8,12 @@ import time
 import numpy as np
 import pytest
 
-from relax_straggler.judge.confirm import ConfirmedVerdict
 from relax_straggler.common.payload import pack, unpack
-from relax_straggler.judge.report import _stacks
-from relax_straggler.live.stack_sampler import STEPS, StackSampler
 from relax_straggler.common.stacks import STACK_LEN, TOP, StackFrame, StackSample, decode, encode
 from relax_straggler.common.stages import STAGES
+from relax_straggler.judge.confirm import ConfirmedVerdict
+from relax_straggler.judge.report import _stacks
+from relax_straggler.live.stack_sampler import STEPS, StackSampler
 
 
 def spin_outside_sections(seconds: float) -> None:
@@ -105,8 +105,8 @@ def test_the_stack_is_sampled_on_steps_the_timer_does_not_time(interval):
     # A sample holds the interpreter lock, and on a crowded host waits for a CPU while it
     # does: the step it falls in runs longer. The steps the verdict judges are never those
     # (but at interval 1, where every step is timed).
-    import relax_straggler
     from relax_straggler import StragglerConfig
+    import relax_straggler
 
     config = StragglerConfig(enabled=True, console=False, interval=interval, warmup_steps=0)
     analyzer = relax_straggler.install(None, None, config=config)

@@ -73,8 +73,8 @@ def test_unsampled_steps_measure_nothing_and_the_row_carries_the_stage():
 
 
 def test_untimed_is_no_section():
-    import relax_straggler
     from relax_straggler import StragglerConfig
+    import relax_straggler
 
     analyzer = relax_straggler.install(None, None, config=StragglerConfig(enabled=True, console=False))
     try:

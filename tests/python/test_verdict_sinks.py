@@ -135,8 +135,8 @@ def test_a_malformed_verdict_row_is_refused_naming_it():
 def test_a_stage_some_reports_lack_does_not_start_the_verdict_over():
     # A broadcast every other report (communication/broadcast comes and goes): fed the full
     # stage set, the verdict keeps its evidence and confirms the slow rank.
-    from relax_straggler.judge.confirm import ConfirmedVerdict
     from relax_straggler.judge.columns import all_stages
+    from relax_straggler.judge.confirm import ConfirmedVerdict
 
     rng = np.random.default_rng(3)
     verdict = ConfirmedVerdict()

@@ -18,11 +18,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import relax_straggler
 from relax_straggler import StragglerConfig
-from relax_straggler.live.op_records import NULL_OPS, OpRecorder
 from relax_straggler.common.payload import OP_FIELDS, OP_HEADER, OP_TYPE_IDS, op_row_len, pack_ops, unpack_ops
+from relax_straggler.live.op_records import NULL_OPS, OpRecorder
 from relax_straggler.whatif.live import LiveWhatIf, records_from_rows
+import relax_straggler
 
 from conftest import REAL_RUNS, REPO, torchrun
 from workers.step_times import assert_not_blocked

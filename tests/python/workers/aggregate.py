@@ -11,10 +11,10 @@ import torch.distributed as dist
 
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import core
-from relax_straggler.live.aggregation import SideGroupGather
 from relax_straggler.common.payload import pack, unpack
-from relax_straggler.judge.report import build_report, verdict_config
 from relax_straggler.common.stages import STAGES
+from relax_straggler.judge.report import build_report, verdict_config
+from relax_straggler.live.aggregation import SideGroupGather
 from step_times import StepClock  # beside this file
 
 

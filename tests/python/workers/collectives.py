@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler._ext import ext
 from relax_straggler.live.collectives import group_registry
+import relax_straggler
 from step_times import StepClock  # beside this file
 
 C = ext()

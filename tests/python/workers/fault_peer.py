@@ -38,9 +38,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from relax_straggler import StragglerConfig
 import relax_straggler
 import relax_straggler.live.aggregation
-from relax_straggler import StragglerConfig
 from step_times import StepClock  # beside this file
 from warnings_log import Warnings
 

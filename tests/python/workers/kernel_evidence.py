@@ -10,9 +10,9 @@ import time
 
 import torch.distributed as dist
 
-import relax_straggler
 from relax_straggler import StragglerConfig
 from relax_straggler.live.kernel_evidence import SyntheticKernelSource
+import relax_straggler
 from step_times import StepClock  # beside this file
 
 MS = 1_000_000  # ns

@@ -14,9 +14,9 @@ import time
 import numpy as np
 import torch.distributed as dist
 
+from relax_straggler.common.payload import ROW_LEN
 from relax_straggler.live import aggregation
 from relax_straggler.live.aggregation import GatherUnavailable, SideGroupGather
-from relax_straggler.common.payload import ROW_LEN
 
 
 def main() -> None:

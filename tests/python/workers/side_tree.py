@@ -23,11 +23,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import relax_straggler
-import relax_straggler.live.analyzer
 from relax_straggler import StragglerConfig
 from relax_straggler.common.payload import pack
 from relax_straggler.common.stages import STAGE_IDS, STAGES
+import relax_straggler
+import relax_straggler.live.analyzer
 from step_times import StepClock  # beside this file
 from warnings_log import Warnings
 
