@@ -42,7 +42,7 @@ class StragglerConfig:
     # Deployment knobs.
     warmup_steps: int = flag_field(10, "Steps before the first sample.")  # allocator and compile warm-up
     noise_floor_ms: float = flag_field(
-        1.0, "Never flag an excess over the reference below this many ms (0: bare RFC rule).")
+        1.0, "Never flag an excess over the reference below this many ms (0: the thresholds alone).")
     metrics_rank: int = flag_field(0, "Rank that judges and reports.")  # within the analyzed group
     jsonl_path: Optional[str] = flag_field(None, "Append one JSON line per report to this file.", name="jsonl")
     store_url: Optional[str] = flag_field(

@@ -24,7 +24,7 @@ class AnalyzeConfig:
 
     relative_threshold: float = flag_field(
         thresholds.RELATIVE_THRESHOLD,
-        "the confirmed verdict: slow when t >= ref x this or t - ref >= --absolute-ms-threshold (the RFC rule); "
+        "the confirmed verdict: slow when t >= ref x this or t - ref >= --absolute-ms-threshold (the per-step rule); "
         "the per-step attribution asks both, and --min-impact")
     absolute_ms_threshold: float = flag_field(
         thresholds.ABSOLUTE_MS_THRESHOLD, "the excess in ms of --relative-threshold's rules: t - ref >= this")

@@ -24,8 +24,8 @@ THRESHOLDS = ("relative_threshold", "absolute_ms_threshold")
 class Judge:
     """Judges a run's sampled steps in step order, each once, from its gathered rows.
 
-    Per step: the per-step rule (relax_straggler.judge.report.build_report: the RFC thresholds of
-    the step's config, late arrivals, the loss counters), then, across reports, the
+    Per step: the per-step rule (relax_straggler.judge.report.build_report: slow if t >= ref x relative or
+    t - ref >= absolute ms, with the step's config's thresholds, late arrivals, the loss counters), then, across reports, the
     confirmed verdict (relax_straggler.judge.confirm: the window ensemble as its second witness,
     the kernel, run-queue and GC causes, the confirmed rank's stack) and the live what-if
     of the step's per-op rows. The confirmed verdict starts over when a threshold change

@@ -1,4 +1,4 @@
-"""From gathered rows to a Report: the judged matrix, the verdict and the RFC metrics.
+"""From gathered rows to a Report: the judged matrix, the verdict and the per-step metrics.
 
 Runs on the metrics rank's report thread, never on the training thread. The metrics' names:
 relax_straggler.common.metric_names (documented in docs/METRICS.md).

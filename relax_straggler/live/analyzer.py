@@ -4,7 +4,7 @@ One sampled step, end to end:
   begin_step -> hooks and section()s record events -> optimizer post-hook (or step())
   -> end_step reads the events once -> the row is packed and gathered asynchronously
   over the side Gloo group -> on the metrics rank the report thread has the judge judge it
-  (relax_straggler.judge: the RFC per-step rule, then the confirmed verdict across reports)
+  (relax_straggler.judge: the per-step rule, then the confirmed verdict across reports)
   and feeds the sinks. Every
   --straggler-control-every steps the metrics rank's decision (sample or hold, a runtime
   command, stop) reaches every rank, which apply it at the same step (relax_straggler.live.lockstep).

@@ -1,6 +1,6 @@
 """Tallies reports into a run summary: the confirmed verdict (which rank was confirmed a
 straggler in which stage, from when, in how many reports, with the finding's ratio) and the
-per-step RFC flags (which rank was flagged in which stage, how often). Each quantity is
+per-step flags (which rank was flagged in which stage, how often). Each quantity is
 defined once in docs/METRICS.md, "Ratios and excesses"."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from relax_straggler.reporters.base import CLOSE_TIMEOUT_S, HangEvent, Sink
 
 @dataclass(frozen=True)
 class Flag:
-    """A (rank, stage) the per-step RFC rule flagged: flagged: reports in which it was;
+    """A (rank, stage) the per-step rule flagged (t >= ref x relative or t - ref >= absolute ms): flagged: reports in which it was;
     reports: reports in which the stage was measured; median_flag_ratio: median, over the
     flagged reports, of its time over the stage's reference (ref_ms) in the rule's
     direction: t / ref for compute stages, ref / t for communication stages, where the rank
@@ -141,7 +141,7 @@ class RunSummary(Sink):
                 f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}")
 
     def flags(self) -> list[Flag]:
-        """(rank, stage) pairs ever flagged by the per-step RFC rule, most often flagged first."""
+        """(rank, stage) pairs ever flagged by the per-step rule, most often flagged first."""
         with self._lock:
             return [Flag(rank, stage, n, self._stage_reports[stage],
                          float(np.median(self._flag_ratios[(rank, stage)])) if self._flag_ratios[(rank, stage)]
