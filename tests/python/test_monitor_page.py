@@ -96,13 +96,19 @@ def test_names_from_the_store_are_escaped():
 
 @pytest.fixture
 def straggler_monitor(servers, file_url, tmp_path):
-    """A monitor whose job train-1 (16 ranks, 4 per node) has rank 5 detected slow in forward."""
+    """A monitor whose job train-1 (16 ranks, 4 per node) has rank 5 detected slow in forward,
+    every one of its 50 iterations read and analysed."""
     server = Server(file_url, tmp_path / "state.json")
     servers.append(server)
     assert server.client.post("/jobs/train-1", json={"dp": 16, "ranks_per_node": 4}).status_code == 201
     assert server.client.post("/jobs/quiet-1").status_code == 201
     write_job(file_url, "train-1", 50)
-    wait_for(lambda: server.client.get("/train-1").json()["status"] == "detected", what="detected")
+
+    def settled() -> bool:  # every iteration read and analysed: the views stay as they are
+        view = server.client.get("/train-1").json()
+        return view["status"] == "detected" and view["last_iteration"] == 49 and view["analysing"] is None
+
+    wait_for(settled, what="detected, every iteration read and analysed")
     return server
 
 
