@@ -75,8 +75,10 @@ cpp-build: apt
 cpp-test: cpp-build
 	ctest --test-dir build/core --output-on-failure
 
+# Two workers: the tests that run training processes take one of them, one at a time
+# (tests/python/conftest.py, ONE_AT_A_TIME), the rest share both.
 py-test: build
-	$(PY) -m pytest tests/python
+	$(PY) -m pytest -n 2 --dist loadgroup tests/python
 
 test: cpp-test py-test
 

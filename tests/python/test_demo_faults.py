@@ -6,7 +6,10 @@ import time
 
 import pytest
 
+from conftest import ONE_AT_A_TIME
 from relax_straggler.demo.faults import Contender, parse_delays
+
+pytestmark = ONE_AT_A_TIME  # measures CPU shares
 
 
 def test_delay_specs_parse_and_bad_ones_name_the_spec():

@@ -295,8 +295,10 @@ def test_same_verdicts_as_direct_hooks_and_pipeline_semantics_on_2_rank_megatron
             forward = {k: v for k, v in m.items() if k.startswith("straggler/forward/")}
             assert m["straggler/forward/top_rank"] == 1 and m["straggler/forward/num_stragglers"] == 1, \
                 (step, "timers" if m is a else "hooks", m["straggler/hints"], forward)
-            # Backward carries the host's jitter only, which the per-step rule may flag.
-            assert m["straggler/backward/slowdown_ratio"] < m["straggler/forward/slowdown_ratio"]
+            # Backward carries the host's jitter only, which the per-step rule may flag: on a
+            # busy host a 1-ms backward can be 2x its peer's, so its excess in ms is compared.
+            excess = {s: m[f"straggler/{s}/max_ms"] - m[f"straggler/{s}/ref_ms"] for s in ("forward", "backward")}
+            assert excess["backward"] < excess["forward"], excess
         assert a["straggler/likely_bottleneck"] == "forward"
     # 1F1B over two pipeline stages, the last one 30 ms slower per microbatch. Judged
     # within pipeline stages (the default), one rank per stage has no peer: the difference

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from conftest import REPO
+from conftest import REAL_RUNS, REPO
 from workers.step_times import assert_not_blocked
 
 from relax_straggler.cli import main as cli_main
@@ -21,6 +21,7 @@ from relax_straggler.demo import parity
 TINY_DEMO = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "2"]
 
 
+@REAL_RUNS
 def test_demo_is_bitwise_identical_on_two_ranks(tmp_path):
     out = tmp_path / "parity.json"
     cmd = [sys.executable, "-m", "relax_straggler.cli.parity", "--nproc", "2", "--steps", "12", "--intervals", "1",
