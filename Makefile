@@ -75,10 +75,12 @@ cpp-build: apt
 cpp-test: cpp-build
 	ctest --test-dir build/core --output-on-failure
 
-# Two workers: the tests that run training processes take one of them, one at a time
-# (tests/python/conftest.py, ONE_AT_A_TIME), the rest share both.
+# Two passes: the tests that neither run training processes nor measure CPU shares on two
+# workers, then those one at a time with nothing beside them (tests/python/conftest.py,
+# ONE_AT_A_TIME).
 py-test: build
-	$(PY) -m pytest -n 2 --dist loadgroup tests/python
+	$(PY) -m pytest -n 2 -m "not one_at_a_time" tests/python
+	$(PY) -m pytest -m one_at_a_time tests/python
 
 test: cpp-test py-test
 

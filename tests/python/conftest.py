@@ -50,16 +50,20 @@ def torchrun(nproc: int, script: Path, args: list[str], timeout_s: float = 300.0
     return proc
 
 
-# `make test` runs two workers (pytest-xdist, --dist loadgroup). The tests of this group run
-# one at a time on one worker while the other takes the rest, so each shares the cores with
-# at most one other test: every test that runs training processes (added below) and those
-# that measure CPU shares (spinners pinned to a core, run-queue waits).
-ONE_AT_A_TIME = pytest.mark.xdist_group("one_at_a_time")
+# `make test` runs the Python tests in two passes: every test but these on two workers
+# (pytest-xdist), then these one at a time with nothing beside them, as before: every test
+# that runs training processes (added below) and those that measure CPU shares (spinners
+# pinned to a core, run-queue waits).
+ONE_AT_A_TIME = pytest.mark.one_at_a_time
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "one_at_a_time: runs in make test's second pass, alone (conftest.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Puts every test that runs training processes (REAL_RUNS, or a module that calls
-    torchrun) in ONE_AT_A_TIME."""
+    """Marks every test that runs training processes (REAL_RUNS, or a module that calls
+    torchrun) ONE_AT_A_TIME."""
     for item in items:
         if item.get_closest_marker("flaky") is not None or getattr(item.module, "torchrun", None) is torchrun:
             item.add_marker(ONE_AT_A_TIME)
