@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
+from relax_straggler.common import thresholds
 from relax_straggler.common.payload import Gathered
 from relax_straggler.common.stages import STAGES
 from relax_straggler.config import StragglerConfig
@@ -17,18 +18,16 @@ from relax_straggler.judge.history import ConfigHistory
 from relax_straggler.judge.report import Report, build_report
 from relax_straggler.whatif.live import LiveWhatIf
 
-# The StragglerConfig fields runtime control may change while the run is judged.
-THRESHOLDS = ("relative_threshold", "absolute_ms_threshold")
-
 
 class Judge:
     """Judges a run's sampled steps in step order, each once, from its gathered rows.
 
-    Per step: the per-step rule (relax_straggler.judge.report.build_report: slow if t >= ref x relative or
-    t - ref >= absolute ms, with the step's config's thresholds, late arrivals, the loss counters), then, across reports, the
-    confirmed verdict (relax_straggler.judge.confirm: the window ensemble as its second witness,
-    the kernel, run-queue and GC causes, the confirmed rank's stack) and the live what-if
-    of the step's per-op rows. The confirmed verdict starts over when a threshold change
+    Per step: the per-step rule (relax_straggler.judge.report.build_report: slow if
+    t >= ref x relative or t - ref >= absolute ms, with the step's config's thresholds,
+    late arrivals, the loss counters), then, across reports, the confirmed verdict
+    (relax_straggler.judge.confirm: the window ensemble as its second witness, the kernel,
+    run-queue and GC causes, the confirmed rank's stack) and the live what-if of the step's
+    per-op rows. The confirmed verdict starts over when a threshold change
     reaches the steps judged: its evidence was weighed against the old bar.
 
     config: the run's StragglerConfig; rank_to_node: node id per rank for the window
@@ -44,12 +43,13 @@ class Judge:
 
     def control(self, from_step: int, changes: Mapping[str, Any]) -> None:
         """A runtime-control command's changes (StragglerConfig field -> value) from step
-        `from_step` (the analyzer's count) on: its THRESHOLDS judge the steps from then on;
-        the other fields are the training side's and ignored here. Raises ValueError for an
+        `from_step` (the analyzer's count) on: its thresholds (common.thresholds.FIELDS)
+        judge the steps from then on; the other fields are the training side's and ignored
+        here. Raises ValueError for an
         invalid threshold."""
-        thresholds = {k: v for k, v in changes.items() if k in THRESHOLDS}
-        if thresholds:
-            self._history.change(from_step, thresholds)
+        changed = {k: v for k, v in changes.items() if k in thresholds.FIELDS}
+        if changed:
+            self._history.change(from_step, changed)
 
     def report(self, gathered: Gathered, op_rows: np.ndarray, step: int, counters: Mapping[str, Any],
                label: Optional[int] = None) -> Report:
