@@ -24,7 +24,8 @@ export CCACHE_NOHASHDIR := 1
 logged = $(if $(VERBOSE),$(2),{ $(2); } >>$(LOGS)/$(1).log 2>&1 || { tail -n 40 $(LOGS)/$(1).log; \
   echo "failed: $(2) (full log: $(LOGS)/$(1).log)"; exit 1; })
 
-.PHONY: all setup apt venv build build-locked cpp-build cpp-test py-test test demo bench clean
+.PHONY: all setup apt venv build build-locked cpp-build cpp-test py-test py-test-detections py-test-runs test demo \
+  bench clean
 
 all: test
 
@@ -75,12 +76,21 @@ cpp-build: apt
 cpp-test: cpp-build
 	ctest --test-dir build/core --output-on-failure
 
-# Two passes: the tests that neither run training processes nor measure CPU shares on two
-# workers, then those one at a time with nothing beside them (tests/python/conftest.py,
-# ONE_AT_A_TIME).
+# Two passes (tests/python/conftest.py): the tests that neither run training processes nor
+# measure CPU shares on two pytest workers; then those in two streams side by side, each one
+# test at a time: the detections, and the rest. The streams print their output as each ends,
+# and share no pytest cache.
+PASS2 := $(PY) -m pytest -p no:cacheprovider tests/python -m
 py-test: build
 	$(PY) -m pytest -n 2 -m "not one_at_a_time" tests/python
-	$(PY) -m pytest -m one_at_a_time tests/python
+	@echo "the tests that run training processes, in two streams (detections, the rest); each prints when it ends"
+	@$(MAKE) --no-print-directory -j 2 --output-sync=target py-test-detections py-test-runs
+
+py-test-detections:
+	$(PASS2) "one_at_a_time and detection"
+
+py-test-runs:
+	$(PASS2) "one_at_a_time and not detection"
 
 test: cpp-test py-test
 

@@ -50,15 +50,20 @@ def torchrun(nproc: int, script: Path, args: list[str], timeout_s: float = 300.0
     return proc
 
 
-# `make test` runs the Python tests in two passes: every test but these on two workers
-# (pytest-xdist), then these one at a time with nothing beside them, as before: every test
-# that runs training processes (added below) and those that measure CPU shares (spinners
-# pinned to a core, run-queue waits).
+# `make test` runs the Python tests in two passes. The first runs, on two pytest workers, every
+# test but these: every test that runs training processes (added below) and those that measure
+# CPU shares (spinners pinned to a core, run-queue waits).
 ONE_AT_A_TIME = pytest.mark.one_at_a_time
+# The second pass runs these in two streams side by side, each one test at a time: the tests
+# whose claims are what the analysis finds (which rank, how soon: the verdict's and the hang
+# watchdog's) or CPU shares (DETECTION), and the rest (faults, bit-for-bit runs, runtime
+# control). A detection thus runs on a loaded host, beside at most one other test, and never
+# beside another detection.
+DETECTION = pytest.mark.detection
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "one_at_a_time: runs in make test's second pass, alone (conftest.py)")
+    config.addinivalue_line("markers", "one_at_a_time: runs in make test's second pass (conftest.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -4,10 +4,10 @@ DDP masking of a rank slow inside backward (docs/ARCHITECTURE.md invariants 7 an
 import json
 
 
-from conftest import REAL_RUNS, REPO, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, torchrun
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 WORKER = REPO / "tests" / "python" / "workers" / "collectives.py"
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, read_jsonl, torchrun
 from workers.step_times import assert_not_blocked
 
 from relax_straggler.common.payload import GC_FIELDS, GcPauseRows, pack, unpack
@@ -160,6 +160,7 @@ WARMUP = 10  # the first full collection of the growing rank lands here (its 8th
 
 
 @REAL_RUNS
+@DETECTION
 def test_a_rank_whose_cache_only_grows_is_confirmed_for_its_gc_pauses_and_its_peer_never(tmp_path):
     out, jsonl = tmp_path / "run.json", tmp_path / "straggler.jsonl"
     steps, interval = 40, 5

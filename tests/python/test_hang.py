@@ -18,11 +18,11 @@ import time
 
 import pytest
 
-from conftest import REAL_RUNS, REPO, wait_for
+from conftest import DETECTION, REAL_RUNS, REPO, wait_for
 from relax_straggler.hang import ANALYZER, DESYNC, LAGGING, MISSING, NONE, compact, diagnose
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 WORKER = REPO / "tests" / "python" / "workers" / "hang_stop.py"
 HANG_S = 3.0  # the worker's --straggler-hang-seconds

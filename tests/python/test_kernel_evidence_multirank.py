@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from conftest import REAL_RUNS, REPO, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, torchrun
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 
 @pytest.mark.parametrize("mode", ["device", "host"])

@@ -15,10 +15,10 @@ from relax_straggler._ext import ext
 from relax_straggler.common.stages import STAGES, stage_id
 from relax_straggler.integrations.megatron import MegatronTimers, NullMegatronAnalysis, StepLabels, install
 
-from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, read_jsonl, torchrun
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 C = ext()
 

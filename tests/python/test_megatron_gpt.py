@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from conftest import REAL_RUNS, REPO, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, torchrun
 from truth import unfounded, unfounded_imbalances
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 pytest.importorskip("megatron.core")
 

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
-from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, read_jsonl, torchrun
 from truth import unfounded
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 pytest.importorskip("megatron.core")
 

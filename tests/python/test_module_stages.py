@@ -19,11 +19,11 @@ from relax_straggler.common.stages import STAGES, stage_id
 from relax_straggler.live.module_stages import DEFAULT_PATTERNS, ModuleStageHooks, compile_patterns
 import relax_straggler
 
-from conftest import REAL_RUNS, REPO, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, torchrun
 from workers.slow_backward import SlowBackward
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 C = ext()
 ATTN, MOE = stage_id("attention"), stage_id("moe")

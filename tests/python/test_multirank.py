@@ -4,11 +4,11 @@ import json
 
 import pytest
 
-from conftest import REAL_RUNS, REPO, demo_summary, torchrun
-from truth import unfounded
+from conftest import DETECTION, REAL_RUNS, REPO, demo_summary, torchrun
+from truth import slow_in, unfounded
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 WARMUP = 6
 
@@ -132,7 +132,7 @@ def test_side_group_aggregation_equals_the_core_on_the_same_matrix(tmp_path):
         assert r["report"]["backward"] == [r["step"] % 3, [r["step"] % 3]]
 
 
-def test_the_demo_confirms_the_contended_rank_within_5_reports_and_nobody_before(tmp_path):
+def test_the_demo_confirms_the_contended_rank_once_it_is_measured_slow_and_nobody_the_times_do_not_show(tmp_path):
     # The demo's own model and contention (two busy processes on rank 1's core from step 70),
     # reports every 5 steps.
     out = tmp_path / "demo"
@@ -142,10 +142,21 @@ def test_the_demo_confirms_the_contended_rank_within_5_reports_and_nobody_before
     demo_summary(out)  # the step-time guard
     reports = [json.loads(line) for line in (out / "straggler.jsonl").read_text().splitlines()]
     named = [(r["step"], r["metrics"]["straggler/verdict/rank"]) for r in reports]
-    assert [u for u in unfounded(reports) if u[0] < 70] == [], named
-    after = [rank for step, rank in named if step >= 70]
-    first = after.index(1)
-    # The 3rd contended report at the earliest and on a quiet machine, named in >= 90 % of
-    # the reports after it (benchmarks/live_runs.py); margins for a loaded machine.
-    assert first <= 4, str(named)
-    assert sum(rank == 1 for rank in after[first:]) >= 0.8 * len(after[first:]), str(named)
+    assert unfounded(reports) == [], named
+    # What the contention did is measured, not assumed: with other work on the host the
+    # scheduler moves that work onto rank 0's core, and rank 1 is less slower, or not at all.
+    # Rank 1 is slow in a report when its forward and backward take at least 1.5x rank 0's (a
+    # quiet host leaves it a third of its core: about 3x).
+    slow = slow_in(reports, 1, ("forward", "backward"), [0], 1.5)
+    during = [i for i, r in enumerate(reports) if r["step"] >= 70]
+    onset = next((i for i in during[2:] if all(slow[i - 2:i + 1])), None)  # its 3rd slow report in a row
+    if onset is None:
+        pytest.skip(f"the contention never slowed rank 1 1.5x for 3 reports in a row beside this host's load: {named}")
+    first = next((i for i in during if named[i][1] == 1), len(reports))
+    # Confirmed at the onset on a quiet host (3 slow reports in a row, benchmarks/live_runs.py);
+    # a loaded healthy phase teaches the verdict a longer streak (docs/DETECTION.md, States).
+    assert first <= onset + 2, str(named)
+    # Named in most of the slow reports from then on: a released rank is confirmed again by a
+    # new streak.
+    after = [named[i][1] for i in during if i >= first and slow[i]]
+    assert sum(rank == 1 for rank in after) > 0.5 * len(after), str(named)

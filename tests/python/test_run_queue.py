@@ -9,11 +9,11 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ONE_AT_A_TIME
+from conftest import DETECTION, ONE_AT_A_TIME
 from relax_straggler.judge.confirm import HOST_CONTENTION_SHARE, ConfirmedVerdict, beyond_group
 from relax_straggler.live.run_queue import RunQueueClock
 
-pytestmark = ONE_AT_A_TIME  # measures CPU shares
+pytestmark = [ONE_AT_A_TIME, DETECTION]  # measures CPU shares
 
 linux_schedstat = pytest.mark.skipif(not os.path.exists("/proc/self/schedstat"), reason="no Linux schedstat here")
 

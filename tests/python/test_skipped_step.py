@@ -5,10 +5,10 @@ passes so far; a rank whose count leaves its peers' is named and no longer judge
 
 import json
 
-from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, read_jsonl, torchrun
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 WORKER = REPO / "tests" / "python" / "workers" / "skipped_step.py"
 SKIP = 10

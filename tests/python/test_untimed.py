@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REAL_RUNS, REPO, read_jsonl, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, read_jsonl, torchrun
 from relax_straggler._ext import ext
 from relax_straggler.common.payload import row_from_sample, unpack
 from relax_straggler.common.stages import STAGES, stage_id
@@ -128,6 +128,7 @@ def headline(report: dict) -> tuple[int, str]:
 
 
 @REAL_RUNS
+@DETECTION
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_the_rank_spinning_outside_sections_is_named_and_released_and_the_waiting_ranks_never(tmp_path, nproc):
     from workers.untimed_spin import INTERVAL, PHASES, STEPS, WARMUP

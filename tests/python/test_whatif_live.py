@@ -24,10 +24,10 @@ from relax_straggler.live.op_records import NULL_OPS, OpRecorder
 from relax_straggler.whatif.live import LiveWhatIf, records_from_rows
 import relax_straggler
 
-from conftest import REAL_RUNS, REPO, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, torchrun
 from workers.step_times import assert_not_blocked
 
-pytestmark = REAL_RUNS
+pytestmark = [REAL_RUNS, DETECTION]
 
 WHATIF_KEYS = {"straggler/whatif/slowdown", "straggler/whatif/slowdown_typical", "straggler/whatif/slowdown_spread",
                "straggler/whatif/leader", "straggler/whatif/lead", "straggler/whatif/top_worker",

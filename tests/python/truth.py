@@ -53,6 +53,20 @@ def median_ratio(reports: Sequence[dict], upto: int, rank: int, stage: str, grou
     return statistics.median(ratios) if ratios else math.nan
 
 
+def slow_in(reports: Sequence[dict], rank: int, stages: Sequence[str], peers: Sequence[int], ratio: float) -> list[bool]:
+    """Per report: whether `rank`'s time summed over `stages` is at least `ratio` times the
+    median of its `peers`' sums (False where a stage is missing or not finite)."""
+    out = []
+    for r in reports:
+        if not all(stage in r["stages"] for stage in stages):
+            out.append(False)
+            continue
+        sums = [sum(_stage_column(r, stage)[p] for stage in stages) for p in range(len(r["device_ms"]))]
+        ref = _peer_median(sums, peers)
+        out.append(bool(math.isfinite(sums[rank]) and ref > 0 and sums[rank] >= ratio * ref))
+    return out
+
+
 def unfounded(reports: Sequence[dict], groups: Optional[Sequence[Sequence[int]]] = None) -> list[tuple]:
     """(step, rank, stage, cause, median ratio) of every confirmed finding in `reports` (JSONL
     reports: step, stages, device_ms, verdict.findings) that the raw times do not support.
