@@ -144,7 +144,7 @@ def test_the_demo_confirms_the_contended_rank_once_it_is_measured_slow_and_nobod
     named = [(r["step"], r["metrics"]["straggler/verdict/rank"]) for r in reports]
     assert unfounded(reports) == [], named
     # What the contention did is measured, not assumed: with other work on the host the
-    # scheduler moves that work onto rank 0's core, and rank 1 is less slower, or not at all.
+    # scheduler moves that work onto rank 0's core, and rank 1 is slowed less, or not at all.
     # Rank 1 is slow in a report when its forward and backward take at least 1.5x rank 0's (a
     # quiet host leaves it a third of its core: about 3x).
     slow = slow_in(reports, 1, ("forward", "backward"), [0], 1.5)
