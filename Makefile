@@ -76,14 +76,16 @@ cpp-build: apt
 cpp-test: cpp-build
 	ctest --test-dir build/core --output-on-failure
 
-# Two passes (tests/python/conftest.py): the tests that neither run training processes nor
-# measure CPU shares on two pytest workers; then those in two streams side by side, each one
-# test at a time: the detections, and the rest. The streams print their output as each ends,
-# and share no pytest cache.
-PASS2 := $(PY) -m pytest -p no:cacheprovider tests/python -m
+# Two passes (tests/python/conftest.py): first, on two pytest workers, the tests that neither
+# run training processes nor measure CPU shares; then those, in two streams side by side, each
+# one test at a time: the detections, and the rest. The streams print their output as each
+# ends, and share no pytest cache; py-test runs them once the build is done. -rs lists the
+# skipped tests with their reasons.
+PASS2 := $(PY) -m pytest -rs -p no:cacheprovider tests/python -m
 py-test: build
-	$(PY) -m pytest -n 2 -m "not one_at_a_time" tests/python
-	@echo "the tests that run training processes, in two streams (detections, the rest); each prints when it ends"
+	$(PY) -m pytest -rs -n 2 -m "not one_at_a_time" tests/python
+	@echo "the tests that run training processes or measure CPU shares, in two streams (detections, the rest);" \
+	  "each prints when it ends"
 	@$(MAKE) --no-print-directory -j 2 --output-sync=target py-test-detections py-test-runs
 
 py-test-detections:

@@ -64,6 +64,7 @@ DETECTION = pytest.mark.detection
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "one_at_a_time: runs in make test's second pass (conftest.py)")
+    config.addinivalue_line("markers", "detection: in make test's second pass, the stream of detections (conftest.py)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -349,7 +349,11 @@ def test_a_client_that_sends_its_request_too_slowly_is_disconnected(servers, fil
     sender.start()
     try:
         slow.settimeout(15)
-        assert slow.recv(1024) == b""  # closed by the server, no answer
+        try:
+            answer = slow.recv(1024)
+        except ConnectionResetError:  # closed with a trickled byte unread: the kernel resets
+            answer = b""
+        assert answer == b""  # closed by the server, no answer
         assert time.monotonic() - started < 8
     finally:
         stop.set()

@@ -53,7 +53,8 @@ def median_ratio(reports: Sequence[dict], upto: int, rank: int, stage: str, grou
     return statistics.median(ratios) if ratios else math.nan
 
 
-def slow_in(reports: Sequence[dict], rank: int, stages: Sequence[str], peers: Sequence[int], ratio: float) -> list[bool]:
+def slow_in(reports: Sequence[dict], rank: int, stages: Sequence[str], peers: Sequence[int],
+            ratio: float) -> list[bool]:
     """Per report: whether `rank`'s time summed over `stages` is at least `ratio` times the
     median of its `peers`' sums (False where a stage is missing or not finite)."""
     out = []
