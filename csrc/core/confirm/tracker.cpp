@@ -477,16 +477,13 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
   const std::size_t S = stages_.size();
   for (std::size_t s = 0; s < S; ++s) {
     if (roles_[s] != Role::kCompute || groups_n_ < 2) continue;
-    // A group's work: its reference, without its own suspects (a straggler is not imbalance).
+    // A group's work: the median of its ranks less its slowest (the leave-one-out median of
+    // a rank above the median; in a group of two, its faster rank), so that one slow rank,
+    // suspected or not yet, is that rank's slowdown and never its group's imbalance.
     values_.assign(static_cast<std::size_t>(groups_n_), std::numeric_limits<double>::quiet_NaN());
-    for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) values_[g] = refs_[g * S + s].median;
-    for (const auto& [key, e] : entries_) {
-      (void)key;
-      if (static_cast<std::size_t>(e.stage) != s || e.dir != Dir::kSlow || !e.finite) continue;
-      if (e.strong || e.state == State::kStraggler) {
-        const auto g = static_cast<std::size_t>(group_[static_cast<std::size_t>(e.rank)]);
-        values_[g] = std::min(values_[g], refs_[g * S + s].of(e.t));
-      }
+    for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
+      const GroupReference& ref = refs_[g * S + s];
+      values_[g] = ref.count >= 2 ? ref.above : ref.median;
     }
     // The slowest and fastest group (the first of equals); their works kept in registers, so
     // that no compare waits on the load of the previous winner's.
@@ -500,31 +497,39 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
     }
     Imbalance& im = imbalance_[s];
     bool ev = false;
+    double ratio = 1.0;
     if (hi >= 0 && lo >= 0 && hi != lo && reports_ >= cfg_.min_reports) {
-      const double h = values_[static_cast<std::size_t>(hi)], l = values_[static_cast<std::size_t>(lo)];
       const double sig = std::max(sigma(static_cast<std::size_t>(hi) * S + s), sigma(static_cast<std::size_t>(lo) * S + s));
-      const double ratio = h / l;
+      ratio = hi_w / lo_w;
       // The impact rule too: the slow group's excess is paid every step, and must matter.
-      ev = ratio >= std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / l) &&
-           ratio - 1.0 >= cfg_.noise_sigmas * sig && h - l >= cfg_.min_impact * budget_ms_;
-      // A streak is one group slower report after report: groups taking turns is jitter.
-      if (ev && im.streak > 0 && hi != im.slow_group) im.streak = 0;
-      if (ev) {
-        im.ratio = ratio, im.hi_ms = h, im.lo_ms = l, im.slow_group = hi;
-      } else if (im.state == State::kImbalance && values_[static_cast<std::size_t>(im.slow_group)] > 0.0) {
-        // Still listed: its group's ratio in this report, not the one it was found at.
-        im.hi_ms = values_[static_cast<std::size_t>(im.slow_group)];
-        im.lo_ms = l;
-        im.ratio = im.hi_ms / l;
-      }
+      ev = ratio >= std::min(cfg_.relative_threshold, 1.0 + cfg_.absolute_ms_threshold / lo_w) &&
+           ratio - 1.0 >= cfg_.noise_sigmas * sig && hi_w - lo_w >= cfg_.min_impact * budget_ms_;
+    }
+    // A streak is one group slower report after report: groups taking turns is jitter.
+    im.streak = !ev ? 0 : (im.streak > 0 && hi == im.candidate ? im.streak + 1 : 1);
+    if (ev) im.candidate = hi;
+    const bool listed = im.state == State::kImbalance;
+    const bool agrees = ev && (!listed || hi == im.slow_group);
+    if (agrees) {
+      im.ratio = ratio, im.hi_ms = hi_w, im.lo_ms = lo_w;
+    } else if (listed && lo >= 0 && values_[static_cast<std::size_t>(im.slow_group)] > 0.0) {
+      // Still listed: its group's ratio in this report, not the one it was found at.
+      im.hi_ms = values_[static_cast<std::size_t>(im.slow_group)];
+      im.lo_ms = lo_w;
+      im.ratio = im.hi_ms / lo_w;
     }
     const std::uint64_t keep = cfg_.history >= 64 ? ~0ULL : ((1ULL << cfg_.history) - 1);
-    im.mask = ((im.mask << 1) | (ev ? 1ULL : 0ULL)) & keep;
+    im.mask = ((im.mask << 1) | (agrees ? 1ULL : 0ULL)) & keep;
     im.seen = std::min(im.seen + 1, cfg_.history);
-    im.streak = ev ? im.streak + 1 : 0;
-    im.calm = ev ? 0 : im.calm + 1;
-    if (im.state != State::kImbalance && im.streak >= cfg_.confirm_reports) im.state = State::kImbalance, im.since = step;
-    if (im.state == State::kImbalance && im.calm >= cfg_.recover_reports) im.state = State::kHealthy, im.since = step;
+    im.calm = agrees ? 0 : im.calm + 1;
+    if (listed && im.calm >= cfg_.recover_reports) im.state = State::kHealthy, im.since = step;
+    if (im.state != State::kImbalance && im.streak >= cfg_.confirm_reports) {
+      // Every report of the candidate's streak agreed with it, also those counted against a
+      // group listed before (released in this report); its ratio is the latest report's.
+      im.state = State::kImbalance, im.since = step, im.slow_group = im.candidate, im.calm = 0;
+      im.mask |= (im.streak >= 64 ? ~0ULL : (1ULL << im.streak) - 1) & keep;
+      im.ratio = ratio, im.hi_ms = hi_w, im.lo_ms = lo_w;
+    }
   }
 }
 

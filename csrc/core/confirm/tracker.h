@@ -47,9 +47,12 @@
 //                  that rank's wait through a group the matrix does not show, e.g. the
 //                  embedding all-reduce of the first and last stage);
 //   imbalance      a compute stage whose slowest group (the same one each report) has a
-//                  reference beyond the fastest group's by the minimum effect size and by
-//                  the impact rule for confirm_reports reports is structural imbalance,
-//                  not a straggler.
+//                  work (its median less its slowest rank: one slow rank is a straggler,
+//                  not its group's imbalance) beyond the fastest group's by the minimum
+//                  effect size and by the impact rule for confirm_reports reports is
+//                  structural imbalance, not a straggler. A listed imbalance keeps its
+//                  group: a report in which another group is the slowest counts against
+//                  it (recover_reports release it) and towards that group's own streak.
 // Design after Relax's own detector (cohorts of comparable ranks, a peer reference, N
 // consecutive windows, "uncertain" for a cohort of one, "recovered", facts apart from
 // causes), with a learned noise band and the ensemble as a second, slower witness.
@@ -123,7 +126,10 @@ class ConfirmTracker {
   struct Imbalance {
     State state = State::kHealthy;
     std::int64_t since = 0;
-    std::int32_t streak = 0, calm = 0, seen = 0, slow_group = 0;
+    // slow_group: the group listed (state imbalance); candidate: the group of the current
+    // streak, which may differ from the listed one and is listed only once the listed one
+    // is released.
+    std::int32_t streak = 0, calm = 0, seen = 0, slow_group = 0, candidate = 0;
     std::uint64_t mask = 0;
     double ratio = 1.0, hi_ms = 0.0, lo_ms = 0.0;
   };
