@@ -524,10 +524,10 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
     im.calm = agrees ? 0 : im.calm + 1;
     if (listed && im.calm >= cfg_.recover_reports) im.state = State::kHealthy, im.since = step;
     if (im.state != State::kImbalance && im.streak >= cfg_.confirm_reports) {
-      // Every report of the candidate's streak agreed with it, also those counted against a
-      // group listed before (released in this report); its ratio is the latest report's.
+      // The reports agreeing with it are its streak's, also those counted against a group
+      // listed before (released in this report); its ratio is the latest report's.
       im.state = State::kImbalance, im.since = step, im.slow_group = im.candidate, im.calm = 0;
-      im.mask |= (im.streak >= 64 ? ~0ULL : (1ULL << im.streak) - 1) & keep;
+      im.mask = (im.streak >= 64 ? ~0ULL : (1ULL << im.streak) - 1) & keep;
       im.ratio = ratio, im.hi_ms = hi_w, im.lo_ms = lo_w;
     }
   }
