@@ -12,6 +12,7 @@ from conftest import DETECTION, REAL_RUNS, REPO, read_jsonl, torchrun
 from relax_straggler._ext import ext
 from relax_straggler.common.payload import row_from_sample, unpack
 from relax_straggler.common.stages import STAGES, stage_id
+from truth import MIN_RATIO, median_ratio
 from workers.step_times import assert_not_blocked
 
 WORKER = REPO / "tests" / "python" / "workers" / "untimed_spin.py"
@@ -153,10 +154,17 @@ def test_the_rank_spinning_outside_sections_is_named_and_released_and_the_waitin
             assert r["metrics"]["straggler/verdict/cause"] in OWN_CAUSES, (where, r["verdict"])
         # Released after 2 reports without evidence (tests/python/test_release.py); on a loaded
         # host a report after the spin's end may still carry a few ms of it (its sub-ms stage
-        # against a scheduling hiccup): the headline is empty from the 5th report on.
+        # against a scheduling hiccup): the headline is empty from the 5th report on, unless
+        # the host keeps rank 1 slower there (host contention, or its raw untimed times still
+        # above its peers' over the reports since, tests/python/truth.py).
         following = next((f for _, f, _ in PHASES if f > first), STEPS)
         after = [by_step[s] for s in sorted(by_step) if end + shift <= s < following]
-        assert len(after) >= 5 and all(headline(r) == (-1, "none") or contended(r) for r in after[4:]), \
+
+        def still_slower(r: dict) -> bool:
+            return median_ratio(reports, reports.index(r), 1, "untimed", range(nproc)) >= MIN_RATIO
+
+        assert len(after) >= 5 and all(headline(r) == (-1, "none") or contended(r) or still_slower(r)
+                                       for r in after[4:]), \
             (where, [(headline(r), r["metrics"]["straggler/verdict/cause"]) for r in after])
     # Where it spins: once confirmed, the rank samples its stack, and its finding says where.
     where_found = [f["facts"]["stack"] for r in reports if r["step"] < PHASES[0][2]
