@@ -77,16 +77,19 @@ cpp-test: cpp-build
 	ctest --test-dir build/core --output-on-failure
 
 # Two passes (tests/python/conftest.py): first, on two pytest workers, the tests that neither
-# run training processes nor measure CPU shares; then those, in two streams side by side, each
-# one test at a time: the detections, and the rest. The streams print their output as each
-# ends, and share no pytest cache; py-test runs them once the build is done. -rs lists the
+# run training processes nor measure CPU shares; then those, in two streams, each one test at a
+# time: the detections, and the rest. The streams run side by side where the host's other
+# processes leave about two cores free (tests/python/free_cores.py), one after the other
+# otherwise; each prints its output when it ends (both run, whether or not the first fails),
+# and they share no pytest cache. py-test runs them once the build is done. -rs lists the
 # skipped tests with their reasons.
 PASS2 := $(PY) -m pytest -rs -p no:cacheprovider tests/python -m
+STREAMS := --no-print-directory --keep-going --output-sync=target py-test-detections py-test-runs
 py-test: build
 	$(PY) -m pytest -rs -n 2 -m "not one_at_a_time" tests/python
-	@echo "the tests that run training processes or measure CPU shares, in two streams (detections, the rest);" \
-	  "each prints when it ends"
-	@$(MAKE) --no-print-directory -j 2 --output-sync=target py-test-detections py-test-runs
+	@echo "the tests that run training processes or measure CPU shares, in two streams (detections, the rest):"
+	@if $(PY) tests/python/free_cores.py; then echo "side by side; each prints when it ends"; $(MAKE) $(STREAMS) -j 2; \
+	else echo "one after the other, the host being busy"; $(MAKE) $(STREAMS) -j 1; fi
 
 py-test-detections:
 	$(PASS2) "one_at_a_time and detection"
