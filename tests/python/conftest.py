@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -54,11 +55,12 @@ def torchrun(nproc: int, script: Path, args: list[str], timeout_s: float = 300.0
 # test but these: every test that runs training processes (added below) and those that measure
 # CPU shares (spinners pinned to a core, run-queue waits).
 ONE_AT_A_TIME = pytest.mark.one_at_a_time
-# The second pass runs these in two streams side by side, each one test at a time: the tests
-# whose claims are what the analysis finds (which rank, how soon: the verdict's and the hang
-# watchdog's) or CPU shares (DETECTION), and the rest (faults, bit-for-bit runs, runtime
-# control). A detection thus runs on a loaded host, beside at most one other test, and never
-# beside another detection.
+# The second pass runs these in two streams, each one test at a time: the tests whose claims
+# are what the analysis finds (which rank, how soon: the verdict's and the hang watchdog's) or
+# CPU shares (DETECTION), and the rest (faults, bit-for-bit runs, runtime control). The streams
+# run side by side where the host has about two cores free (free_cores.py), one after the
+# other otherwise: a detection runs beside at most one other test, or beside the host's own
+# load, and never beside another detection.
 DETECTION = pytest.mark.detection
 
 
@@ -78,6 +80,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def read_jsonl(path: Path) -> list[dict]:
     with open(path) as fh:
         return [json.loads(line) for line in fh]
+
+
+def assert_every_sample_reported(reported: Sequence[int], sampled: range, skipped: int) -> None:
+    """Fails unless `reported` (the reports' steps, in order) are the steps of `sampled`, but
+    for samples skipped: the periods the metrics rank held sampling (behind on a loaded host,
+    every rank skips a sample rather than wait for it). `skipped`: straggler/skipped_samples
+    as of the last report, which counts the skips before that report's step (and any while it
+    was built); steps after the last report may be missing only where sampling was held."""
+    assert reported, "no report was written"
+    assert list(reported) == sorted(set(reported)) and set(reported) <= set(sampled), list(reported)
+    missing = [s for s in sampled if s < reported[-1] and s not in set(reported)]
+    assert len(missing) <= skipped, f"no report for steps {missing}; {skipped} samples counted as skipped"
+    assert reported[-1] == sampled[-1] or skipped > 0, f"the reports end at step {reported[-1]} of {list(sampled)}"
 
 
 def demo_summary(out: Path) -> dict:

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from conftest import DETECTION, REAL_RUNS, REPO, torchrun
+from conftest import DETECTION, REAL_RUNS, REPO, assert_every_sample_reported, torchrun
 from truth import unfounded, unfounded_imbalances
 from workers.step_times import assert_not_blocked
 
@@ -77,10 +77,12 @@ def contended(report: dict) -> bool:
     return report["verdict"]["straggler/verdict/cause"] == CONTENTION
 
 
-def describe(reports: list[dict]) -> list[tuple]:
-    """Step, status and findings per report, for assertion messages."""
-    return [(r["step"], r["status"], [(f["rank"], f["stage"], f["state"], f["cause"]) for f in r["findings"]])
-            for r in reports]
+def describe(reports: list[dict]) -> str:
+    """Step, status and findings per report, a line each, for assertion messages (a string:
+    pytest shows it whole)."""
+    return "\n".join(f"{r['step']} {r['status']} " + str([(f["rank"], f["stage"], f["state"], f["cause"],
+                                                          round(f["excess_ms"], 1)) for f in r["findings"]])
+                     for r in reports)
 
 
 def test_no_training_step_is_held(run):
@@ -94,12 +96,13 @@ def test_the_layout_is_pp2_dp2_and_training_converges(run):
     for losses in run.losses.values():
         assert len(losses) == steps and all(math.isfinite(x) for x in losses)
         assert losses[-1] < 0.5 * losses[0], losses  # fixed microbatches: memorized
-    assert [r["step"] for r in run.reports] == list(range(2, steps, 2))  # every 2nd step after 2
+    assert_every_sample_reported([r["step"] for r in run.reports], range(2, steps, 2),  # every 2nd step after 2
+                                 run.reports[-1]["skipped_samples"])
 
 
 def test_healthy_nobody_confirmed(run):
     healthy = run.reports_in(run.phase("healthy"))
-    assert len(healthy) == 7
+    assert 7 - run.reports[-1]["skipped_samples"] <= len(healthy) <= 7  # a held sample has no report
     # Nothing is injected yet: a rank or a stage confirmed here must be one the crowded host
     # really slowed (tests/python/truth.py).
     first, last = healthy[0]["step"], healthy[-1]["step"]

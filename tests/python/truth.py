@@ -39,11 +39,12 @@ def _peer_median(row: Sequence[float], peers: Sequence[int]) -> float:
     return statistics.median(times) if times else math.nan
 
 
-def median_ratio(reports: Sequence[dict], upto: int, rank: int, stage: str, group: Sequence[int]) -> float:
-    """Median over reports[upto - HISTORY + 1 .. upto] of rank's time in `stage` over the
-    median of its group's other ranks (NaN where no report has both)."""
+def median_ratio(reports: Sequence[dict], upto: int, rank: int, stage: str, group: Sequence[int],
+                 since: int = 0) -> float:
+    """Median over reports[max(upto - HISTORY + 1, since) .. upto] of rank's time in `stage`
+    over the median of its group's other ranks (NaN where no report has both)."""
     ratios = []
-    for r in reports[max(0, upto - HISTORY + 1):upto + 1]:
+    for r in reports[max(0, since, upto - HISTORY + 1):upto + 1]:
         if stage not in r["stages"]:
             continue
         column = _stage_column(r, stage)

@@ -11,8 +11,8 @@ pipeline comparison groups), reporting every INTERVAL steps to a JSONL file.
 
 Rank 0 writes OUTPUT_JSON: {"phases": [{name, first, last, slowed}], "stage_of": [pp
 stage per rank], "losses": {rank: [mean loss per step]} of the last stage's ranks,
-"reports": [{step, status, stages, device_ms, verdict: straggler/verdict/* metrics, findings: [{rank, group,
-stage, state, cause, excess_ms}]}] read back from the JSONL sink, "step_s": every rank's
+"reports": [{step, status, skipped_samples, stages, device_ms, verdict: straggler/verdict/* metrics,
+findings: [{rank, group, stage, state, cause, excess_ms}]}] read back from the JSONL sink, "step_s": every rank's
 step times}.
 Usage (under torchrun, 4 ranks): megatron_gpt.py OUTPUT_JSON
 """
@@ -97,6 +97,7 @@ def verdicts(jsonl: str) -> list[dict[str, Any]]:
         for line in fh:
             r = json.loads(line)
             reports.append({"step": r["step"], "status": r["verdict"]["status"],
+                            "skipped_samples": r["metrics"]["straggler/skipped_samples"],
                             "stages": r["stages"], "device_ms": r["device_ms"],
                             "verdict": {k: v for k, v in r["metrics"].items() if k.startswith("straggler/verdict/")},
                             "findings": [{k: f[k] for k in ("rank", "group", "stage", "state", "cause")}
