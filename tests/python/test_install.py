@@ -92,9 +92,10 @@ def test_every_stage_is_measured_and_backward_is_not_zero():
         assert "straggler/communication/local_ms" not in m  # not DDP: no gradient sync to time
     # The backward boundary comes from the autograd engine, not a module hook that fires
     # at the start of backward for integer inputs (which reads ~0 ms, under 1 % of forward).
-    # Backward of this MLP costs about as much as its forward; medians after the first
-    # (warm-up) steps, with room for a loaded machine.
-    forward, backward = (np.median([m[f"straggler/{s}/local_ms"] for _, m in reports[2:]]) for s in ("forward", "backward"))
+    # Backward of this MLP costs about as much as its forward; the fastest of each after the
+    # first (warm-up) steps, as a loaded host only adds to a stage's time (beside two busy
+    # processes one forward's median was 10x its backward's).
+    forward, backward = (min(m[f"straggler/{s}/local_ms"] for _, m in reports[2:]) for s in ("forward", "backward"))
     assert backward > 0.1 * forward
 
 

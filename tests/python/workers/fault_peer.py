@@ -19,10 +19,11 @@ of N ranks (default: the flat one). --aligned: the ranks start training together
 after install; the metrics rank's install takes longer, and four ranks on two cores drift
 apart by more than the 16 steps a decision is given).
 Each rank that lives writes OUT_DIR/rank{R}.json: outcome ("finished" or "error"), error
-type, the step it failed at, steps trained, uninstall seconds, the steps report_fn was
-given (metrics rank), counters, its step times (s), why the analysis stopped on it (or
-null) and the relax_straggler warnings it logged; then exits as the script would without
-the analyzer (1 with the training's exception, else 0).
+type, the step it failed at and when that step began (time.time()), steps trained,
+uninstall seconds, the steps report_fn was given (metrics rank), counters, its step times
+(s), why the analysis stopped on it (or null) and the relax_straggler warnings it logged;
+then exits as the script would without the analyzer (1 with the training's exception,
+else 0).
 """
 
 import argparse
@@ -125,6 +126,7 @@ def main() -> None:
         for step in range(args.steps):
             if rank == faulty and step == FAULT_STEP and fault in ("kill", "stop"):
                 os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+            step_at = time.time()
             with clock:
                 with analyzer.section("data"):
                     x = torch.randint(0, 32, (4, 8), generator=gen)
@@ -135,7 +137,8 @@ def main() -> None:
                 opt.zero_grad()
         step = args.steps
     except Exception as exc:  # the training's own failure, reported as the script would see it
-        result.update(outcome="error", error_type=type(exc).__name__, failed_step=step, error=str(exc)[:300])
+        result.update(outcome="error", error_type=type(exc).__name__, failed_step=step, failed_step_at=step_at,
+                      error=str(exc)[:300])
         raise
     finally:
         t0 = time.monotonic()
