@@ -36,7 +36,8 @@ class ConfirmedImbalance:
     """A compute stage the verdict found imbalanced (a whole pipeline stage slower): group:
     the slowest comparison group (pipeline stage) in the last step that named it; since_step:
     when the imbalance was first confirmed; steps: steps that named it; ratio: the finding's
-    ratio (slowest group's reference over the fastest's) in the last step that named it."""
+    ratio (the listed group's work over the fastest group's, docs/METRICS.md) in the last
+    step that named it."""
 
     group: int
     stage: str

@@ -218,7 +218,8 @@ class Facts:
 
 @dataclass(frozen=True)
 class Finding:
-    """One (rank, stage) not healthy, or one imbalanced stage (rank -1, group = slowest)."""
+    """One (rank, stage) not healthy, or one imbalanced stage (rank -1, group: the listed,
+    slowest one)."""
 
     rank: int
     group: int
@@ -227,7 +228,8 @@ class Finding:
     since_step: int
     confidence: float  # 0..1, share of recent reports whose evidence agrees with the state
     # Median over its agreeing recent reports of rank / reference (late arrival: reference / rank;
-    # imbalance: slowest / fastest group): the one ratio of a finding (docs/METRICS.md).
+    # imbalance: the listed group's work / the fastest group's, in the latest report): the one
+    # ratio of a finding (docs/METRICS.md).
     ratio: float
     persistent: bool  # confirmed by consecutive reports
     by_window: bool  # confirmed by the window ensemble

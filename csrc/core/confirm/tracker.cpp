@@ -478,8 +478,9 @@ void ConfirmTracker::judge_imbalance(std::int64_t step) {
   for (std::size_t s = 0; s < S; ++s) {
     if (roles_[s] != Role::kCompute || groups_n_ < 2) continue;
     // A group's work: the median of its ranks less its slowest (the leave-one-out median of
-    // a rank above the median; in a group of two, its faster rank), so that one slow rank,
-    // suspected or not yet, is that rank's slowdown and never its group's imbalance.
+    // a rank above the median; in a group of two, its faster rank; in a sampled group, the
+    // sample's median), so that one slow rank, suspected or not yet, is that rank's slowdown
+    // and never its group's imbalance.
     values_.assign(static_cast<std::size_t>(groups_n_), std::numeric_limits<double>::quiet_NaN());
     for (std::size_t g = 0; g < static_cast<std::size_t>(groups_n_); ++g) {
       const GroupReference& ref = refs_[g * S + s];

@@ -52,7 +52,8 @@
 //                  effect size and by the impact rule for confirm_reports reports is
 //                  structural imbalance, not a straggler. A listed imbalance keeps its
 //                  group: a report in which another group is the slowest counts against
-//                  it (recover_reports release it) and towards that group's own streak.
+//                  it (recover_reports release it) and, where it clears the rules, towards
+//                  that group's own streak.
 // Design after Relax's own detector (cohorts of comparable ranks, a peer reference, N
 // consecutive windows, "uncertain" for a cohort of one, "recovered", facts apart from
 // causes), with a learned noise band and the ensemble as a second, slower witness.
