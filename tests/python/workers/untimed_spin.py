@@ -17,10 +17,11 @@ import relax_straggler
 from relax_straggler import StragglerConfig
 
 # (where, first step, end step): 8 reports each (13 the first: its confirmation's stack
-# sample arrives 16 steps after the decision asking for it, then takes 3 steps the analyzer does not time),
-# 5 healthy ones between.
-PHASES = (("before_forward", 20, 72), ("between", 92, 124), ("after_optimizer", 144, 176))
-STEPS = 204
+# sample arrives 16 steps after the decision asking for it, then takes 3 steps the analyzer
+# does not time; 9 the last, whose spin lands in the next step), 5 healthy ones between, 7
+# after.
+PHASES = (("before_forward", 20, 72), ("between", 92, 124), ("after_optimizer", 144, 180))
+STEPS = 208
 CONTROL_EVERY = 4
 INTERVAL = 4
 SPIN_MS = 30.0
