@@ -88,8 +88,10 @@ STREAMS := --no-print-directory --keep-going --output-sync=target py-test-detect
 py-test: build
 	$(PY) -m pytest -rs -n 2 -m "not one_at_a_time" tests/python
 	@echo "the tests that run training processes or measure CPU shares, in two streams (detections, the rest):"
-	@if $(PY) tests/python/free_cores.py; then echo "side by side; each prints when it ends"; $(MAKE) $(STREAMS) -j 2; \
-	else echo "one after the other, the host being busy"; $(MAKE) $(STREAMS) -j 1; fi
+	@$(PY) tests/python/free_cores.py; case $$? in \
+	  0) echo "side by side; each prints when it ends"; $(MAKE) $(STREAMS) -j 2;; \
+	  1) echo "one after the other, the host being busy"; $(MAKE) $(STREAMS) -j 1;; \
+	  *) echo "tests/python/free_cores.py failed"; exit 1;; esac
 
 py-test-detections:
 	$(PASS2) "one_at_a_time and detection"

@@ -8,11 +8,13 @@ Usage: python tests/python/free_cores.py [MIN_FREE]
 Measures, over SAMPLE_S, the idle time of the cores this process may run on (/proc/stat,
 Linux), in cores, and within a CPU quota (cgroup v2 cpu.max or v1 cpu.cfs_quota_us) at most
 the quota less what its cgroup used; prints it and exits 0 where it is at least MIN_FREE
-(default 1.5: two cores, less a background's share), 1 otherwise, 2 for a MIN_FREE that is no
-number."""
+(default 1.5: two cores, less a background's share), 1 otherwise, 2 for a MIN_FREE that is
+not a finite number >= 0."""
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
 import time
@@ -74,11 +76,12 @@ def free_cores(sample_s: float = SAMPLE_S) -> float:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        least = float(argv[0]) if argv else 1.5
-    except ValueError:
-        print(f"free_cores.py: MIN_FREE must be a number, got {argv[0]!r}", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(description="Exit 0 where at least MIN_FREE cores are free, 1 otherwise.")
+    parser.add_argument("min_free", nargs="?", type=float, default=1.5, metavar="MIN_FREE",
+                        help="cores that must be free (default 1.5)")
+    least = parser.parse_args(argv).min_free
+    if not (math.isfinite(least) and least >= 0):
+        parser.error(f"MIN_FREE must be a finite number >= 0, got {least}")
     free = free_cores()
     print(f"{free:.2f} of {len(os.sched_getaffinity(0))} cores free (at least {least} asked)")
     return 0 if free >= least else 1

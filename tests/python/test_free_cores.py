@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 import free_cores
 
 
@@ -32,5 +34,8 @@ def test_a_cgroup_v1_quota_is_read_and_no_quota_is_none(tmp_path, monkeypatch):
 
 def test_free_cores_is_within_the_affinity_and_main_rejects_a_bad_minimum(capsys):
     assert 0.0 <= free_cores.free_cores(0.05) <= len(os.sched_getaffinity(0)) + 1e-9
-    assert free_cores.main(["two"]) == 2
-    assert "MIN_FREE must be a number, got 'two'" in capsys.readouterr().err
+    for bad, says in (["two"], "invalid float value: 'two'"), (["nan"], "finite number >= 0, got nan"), \
+                     (["-1"], "finite number >= 0, got -1.0"), (["1", "2"], "unrecognized arguments: 2"):
+        with pytest.raises(SystemExit) as exit_:
+            free_cores.main(bad)
+        assert exit_.value.code == 2 and says in capsys.readouterr().err, bad
