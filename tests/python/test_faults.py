@@ -289,9 +289,9 @@ def run_pair(out: Path, mode: str, fault: str, faulty: int, steps: int, *extra: 
              limit_s: float = 90.0, resume_after_s: float | None = None) -> tuple[int, dict, str, float]:
     """Runs fault_peer.py on 2 Gloo ranks (plain processes: torchrun would end the survivor
     when the faulty rank dies). resume_after_s: SIGCONT the faulty rank that long after it
-    stopped itself. Returns the survivor's (exit code, result, stderr, time.time() at its exit); the faulty
-    rank is SIGKILLed afterwards if still there (a stopped one). Raises WorkerCrashed when
-    the survivor was killed by a signal."""
+    stopped itself. Returns the survivor's (exit code, result, stderr, time.time() at its
+    exit); the faulty rank is SIGKILLed afterwards if still there (a stopped one). Raises
+    WorkerCrashed when the survivor was killed by a signal."""
     out.mkdir(parents=True)
     port = free_port()
     procs = []
