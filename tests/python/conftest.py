@@ -89,8 +89,9 @@ def assert_every_sample_reported(reported: Sequence[int], sampled: range, skippe
     as of the last report, which counts the skips before that report's step (and any while it
     was built); steps after the last report may be missing only where sampling was held."""
     assert reported, "no report was written"
-    assert list(reported) == sorted(set(reported)) and set(reported) <= set(sampled), list(reported)
-    missing = [s for s in sampled if s < reported[-1] and s not in set(reported)]
+    present = set(reported)
+    assert list(reported) == sorted(present) and present <= set(sampled), list(reported)
+    missing = [s for s in sampled if s < reported[-1] and s not in present]
     assert len(missing) <= skipped, f"no report for steps {missing}; {skipped} samples counted as skipped"
     assert reported[-1] == sampled[-1] or skipped > 0, f"the reports end at step {reported[-1]} of {list(sampled)}"
 

@@ -163,8 +163,9 @@ def test_the_rank_spinning_outside_sections_is_named_and_released_and_the_waitin
         following = next((f for _, f, _ in PHASES if f > first), STEPS)
         after = [by_step[s] for s in sorted(by_step) if end + shift <= s < following]
 
+        since = reports.index(after[0]) if after else 0  # the reports from the spin's end on
+
         def still_slower(r: dict) -> bool:
-            since = reports.index(after[0])  # the reports from the spin's end on
             return median_ratio(reports, reports.index(r), 1, "untimed", range(nproc), since) >= MIN_RATIO
 
         assert len(after) >= 5 - skipped and all(headline(r) != (1, "untimed") or contended(r) or still_slower(r)
