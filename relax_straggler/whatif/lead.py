@@ -9,15 +9,19 @@ and on a healthy job that worker changes from step to step while S itself moves 
                not widen it), at least `min_spread`; the spread of a report is taken from
                the reports before it
     lead       this report's leader (highest score) and its score minus the runner-up's
-    named      the same worker led, by more than the spread, in at least `confirm` of the
-               last `window` reports (this one included); nobody before `min_healthy`
-               healthy reports have given a spread
+    named      this report's leader, when it led in at least c of the last `window` reports
+               (this one included) and by more than the spread in at least `confirm` of
+               them; c is the least count that a leader drawn at random among the job's W
+               workers each report (a healthy job's leader rotates) reaches in at most
+               `chance` of reports: W x P(Binomial(window, 1 / W) >= c) <= chance (c =
+               window for W = 2, 4 for W = 4 with the defaults); nobody before
+               `min_healthy` healthy reports have given a spread
 
-A healthy job whose leader rotates among W workers names one only when a worker leads by
-more than the job's own spread of S in `confirm` of `window` reports; a worker whose ops
-cost the step more than that spread, report after report, is named `confirm` reports after
-it starts. The named worker's give-back (the share of the lost time that fixing it returns)
-is published with it and only then.
+A worker whose ops cost the step more than the job's own spread of S is named c reports
+after it starts; a report in which another worker's noise outgrew it names nobody, and the
+next one it leads names it again (on a crowded host the slowed worker of a PP 2 x DP 2 run
+led 18 of 22 reports, beyond the spread in fewer). The named worker's give-back (the share
+of the lost time that fixing it returns) is published with it and only then.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ class LeadConfig:
 
     memory: int = 16  # healthy reports the spread is taken over
     min_healthy: int = 3  # healthy reports before anyone can be named
-    window: int = 4  # recent reports a lead is counted over
-    confirm: int = 3  # leads beyond the spread within the window to name a worker
+    window: int = 5  # recent reports a lead is counted over
+    confirm: int = 3  # of the leads in the window, those by more than the spread
+    chance: float = 0.1  # the share of reports a rotating leader may reach the leads counted
     min_spread: float = 0.01  # floor of the spread (S of a replay repeats to ~1e-4)
 
     def __post_init__(self) -> None:
@@ -51,6 +56,8 @@ class LeadConfig:
             raise ValueError(f"LeadConfig.min_healthy must be in 2..memory ({self.memory}), got {self.min_healthy}")
         if self.confirm > self.window:
             raise ValueError(f"LeadConfig.confirm must be <= window ({self.window}), got {self.confirm}")
+        if not (math.isfinite(self.chance) and 0.0 < self.chance < 1.0):
+            raise ValueError(f"LeadConfig.chance must be in (0, 1), got {self.chance!r}")
         if not (math.isfinite(self.min_spread) and self.min_spread >= 0.0):
             raise ValueError(f"LeadConfig.min_spread must be a finite number >= 0, got {self.min_spread!r}")
 
@@ -75,7 +82,8 @@ class WhatIfLead:
     def __init__(self, config: Optional[LeadConfig] = None) -> None:
         self.config = config or LeadConfig()
         self._healthy: collections.deque[float] = collections.deque(maxlen=self.config.memory)
-        self._leads: collections.deque[Optional[tuple[int, int]]] = collections.deque(maxlen=self.config.window)
+        # (leader, led beyond the spread) of the recent reports
+        self._leads: collections.deque[tuple[tuple[int, int], bool]] = collections.deque(maxlen=self.config.window)
 
     def update(self, slowdown: float, scores: Mapping[tuple[int, int], float]) -> Lead:
         """Judges one report. slowdown: its S (> 0, finite); scores: each worker's
@@ -90,12 +98,25 @@ class WhatIfLead:
         typical, spread = self._typical()
         learned = len(self._healthy) >= self.config.min_healthy
         beyond = learned and lead > max(spread, self.config.min_spread)
-        self._leads.append(leader if beyond else None)
-        count = sum(1 for w in self._leads if w == leader)
-        named = leader if beyond and count >= self.config.confirm else None
+        self._leads.append((leader, beyond))
+        led = [b for w, b in self._leads if w == leader]
+        enough = len(led) >= self.leads_needed(len(scores)) and sum(led) >= self.config.confirm
+        named = leader if learned and enough else None
         if not beyond:
             self._healthy.append(slowdown)
         return Lead(typical=typical, spread=spread, leader=leader, lead=lead, named=named)
+
+    def leads_needed(self, workers: int) -> int:
+        """c of the module docstring for a job of `workers` (>= 1) workers: the least count
+        of leads in `window` reports that a leader drawn at random reaches in at most
+        `chance` of reports (union bound over the workers); `window` when none is that rare."""
+        n, p = self.config.window, 1.0 / max(workers, 1)
+        tail = 0.0  # P(Binomial(n, p) >= c), from c = n down
+        for c in range(n, 0, -1):
+            tail += math.comb(n, c) * p**c * (1.0 - p) ** (n - c)
+            if workers * tail > self.config.chance:
+                return min(c + 1, n)
+        return 1
 
     def _typical(self) -> tuple[float, float]:
         if len(self._healthy) < 2:

@@ -1,6 +1,6 @@
 """The live what-if's named worker (relax_straggler.whatif.lead): the job's spread of S over
-its recent healthy reports, and a worker named only when it leads by more than that spread
-in `confirm` of the last `window` reports. Hand-made report sequences, then noisy ones with
+its recent healthy reports, and a worker named only when it led in more of the last `window`
+reports than a rotating leader would and by more than that spread in `confirm` of them. Hand-made report sequences, then noisy ones with
 fixed seeds: a healthy job whose leader rotates, and one worker slower than its spread.
 
     .venv/bin/python -m pytest tests/python/test_whatif_lead.py -q
@@ -36,16 +36,40 @@ def test_the_spread_is_the_mad_of_the_healthy_reports_before_this_one():
     assert math.isnan(WhatIfLead().update(1.2, scores(A, 0.0)).spread)
 
 
-def test_a_worker_is_named_after_confirm_leads_beyond_the_spread_and_then_kept_out_of_it():
-    w = WhatIfLead(LeadConfig(window=4, confirm=3))
+def test_the_leads_needed_are_those_a_rotating_leader_rarely_reaches():
+    w = WhatIfLead(LeadConfig(window=5, chance=0.1))
+    # 2 workers: 4 of 5 happens to one of them in 2 x 6 / 32 = 37.5 % of reports, 5 of 5 in 6.25 %.
+    assert w.leads_needed(2) == 5
+    # 4 workers: 4 x P(Bin(5, 1/4) >= 4) = 6.25 %, >= 3: 41 %.
+    assert w.leads_needed(4) == 4
+    assert w.leads_needed(100) == 2  # 100 x 10 / 100^2 = 0.1 %, >= 1: 5 x 100 / 100 > 1
+
+
+def test_a_worker_is_named_after_the_leads_needed_and_then_kept_out_of_it():
+    w = WhatIfLead(LeadConfig(window=5, confirm=2))
     for s in (1.10, 1.12, 1.08):  # healthy: spread 1.4826 x 0.02 = 0.03
         assert w.update(s, scores(A, 0.0)).named is None
-    named = [w.update(1.4, scores(D, 0.3)).named for _ in range(4)]
-    assert named == [None, None, D, D]
+    named = [w.update(1.4, scores(D, 0.3)).named for _ in range(5)]
+    assert named == [None, None, None, D, D]
     spread = w.update(1.4, scores(D, 0.3)).spread
     assert spread == pytest.approx(1.4826 * 0.02)  # the leading reports did not enter the healthy memory
-    # The lead stops: released at once.
+    # Another worker's noise outgrows it for one report: nobody that report, named again at
+    # its next lead (4 of the last 5).
     assert w.update(1.1, scores(B, 0.001)).named is None
+    assert w.update(1.4, scores(D, 0.3)).named == D
+    # Leads within the spread alone do not name it: 2 of the last 5 beyond is the least.
+    for _ in range(3):
+        w.update(1.1, scores(A, 0.0))
+    named = [w.update(1.11, scores(D, 0.005)).named for _ in range(5)]
+    assert named == [None] * 5
+
+
+def test_leading_beyond_the_spread_once_is_not_enough():
+    w = WhatIfLead()
+    for s in (1.10, 1.12, 1.08):
+        w.update(s, scores(A, 0.0))
+    leads = (0.3, 0.005, 0.005, 0.005, 0.005, 0.005)  # D leads every report, beyond the spread once
+    assert all(w.update(1.1 + lead, scores(D, lead)).named is None for lead in leads)
 
 
 def test_a_lead_within_the_spread_or_a_rotating_leader_names_nobody():
@@ -66,32 +90,36 @@ def test_nobody_is_named_before_the_spread_is_known():
     assert [w.update(1.5, scores(D, 0.5)).named for _ in range(3)] == [None, None, None]
 
 
-def noisy(seed: int, reports: int, slow: float) -> list[tuple[float, dict]]:
-    """Reports of a PP 2 x DP 2 job: each worker's score 1 + |N(0, 0.1)| (its own jitter),
-    worker D + slow; S the highest score."""
+def noisy(seed: int, reports: int, slow: float, workers: tuple = (A, B, C, D)) -> list[tuple[float, dict]]:
+    """Reports of a job of `workers` (PP 2 x DP 2 by default): each worker's score
+    1 + |N(0, 0.1)| (its own jitter), the last worker + slow; S the highest score."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(reports):
-        sc = {w: 1.0 + abs(rng.normal(0.0, 0.1)) for w in (A, B, C, D)}
-        sc[D] += slow
+        sc = {w: 1.0 + abs(rng.normal(0.0, 0.1)) for w in workers}
+        sc[workers[-1]] += slow
         out.append((max(sc.values()), sc))
     return out
 
 
-def test_a_healthy_noisy_job_names_a_worker_in_few_reports_and_a_slow_one_in_most():
+@pytest.mark.parametrize("workers", [(A, B, C, D), (A, B)], ids=["PP 2 x DP 2", "DP 2"])
+def test_a_healthy_noisy_job_names_a_worker_in_few_reports_and_a_slow_one_in_most(workers):
+    slow = workers[-1]
     for seed in range(5):
         w = WhatIfLead()
-        healthy = [w.update(s, sc).named for s, sc in noisy(seed, 200, 0.0)]
+        healthy = [w.update(s, sc).named for s, sc in noisy(seed, 200, 0.0, workers)]
         assert sum(n is not None for n in healthy) <= 0.10 * len(healthy), seed
         w = WhatIfLead()
-        slowed = [w.update(s, sc).named for s, sc in noisy(seed, 40, 0.3)]
-        assert all(n in (None, D) for n in slowed)
-        assert sum(n == D for n in slowed[5:]) >= 0.8 * len(slowed[5:]), (seed, slowed)
+        slowed = [w.update(s, sc).named for s, sc in noisy(seed, 40, 0.3, workers)]
+        assert all(n in (None, slow) for n in slowed)
+        assert sum(n == slow for n in slowed[5:]) >= 0.8 * len(slowed[5:]), (seed, slowed)
 
 
 def test_invalid_settings_name_the_field():
     with pytest.raises(ValueError, match="confirm"):
         LeadConfig(window=2, confirm=3)
+    with pytest.raises(ValueError, match="chance"):
+        LeadConfig(chance=1.0)
     with pytest.raises(ValueError, match="min_healthy"):
         LeadConfig(min_healthy=1)
     with pytest.raises(ValueError, match="memory"):
