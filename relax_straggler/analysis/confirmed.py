@@ -58,8 +58,10 @@ class ConfirmedSummary:
 
 
 class ConfirmedTally:
-    """Feeds steps (global rank ids, (rows, len(STAGES)) ms, comparison group per row) to the
-    confirmed verdict and keeps counts only (bounded by the findings, not the steps)."""
+    """Feeds steps (global rank ids, (rows, len(STAGES)) ms, comparison group per row and,
+    where the input has them, each row's run-queue wait) to the confirmed verdict and keeps
+    counts only (bounded by the findings, not the steps). With the waits, a rank kept waiting
+    for a CPU reads cause host_contention, as the live verdict reads it."""
 
     def __init__(self, config: AnalyzeConfig) -> None:
         self._verdict = ConfirmedVerdict(ConfirmConfig(relative_threshold=config.relative_threshold,
@@ -69,8 +71,9 @@ class ConfirmedTally:
         self._found: dict[tuple[int, str], dict] = {}
         self._imbalance: dict[str, dict] = {}  # stage -> group, since, steps, ratio
 
-    def add(self, step: int, ranks: np.ndarray, ms: np.ndarray, groups: np.ndarray) -> None:
-        result = self._verdict.update(step, ms, STAGES, groups=groups.tolist())
+    def add(self, step: int, ranks: np.ndarray, ms: np.ndarray, groups: np.ndarray,
+            run_queue_ms: Optional[np.ndarray] = None) -> None:
+        result = self._verdict.update(step, ms, STAGES, groups=groups.tolist(), run_queue_ms=run_queue_ms)
         self._statuses[result.status] += 1
         self._final = result.status
         for f in result.findings:

@@ -166,7 +166,7 @@ class _Run:
         if np.isfinite(step.step_ms):
             self.step_ms.append(step.step_ms)
         self._fold_rank_stats(step, ms, wm, self.attributor.peer_refs(sa))
-        self.confirmed.add(step.step, step.ranks, ms, wm.pp_of_row)
+        self.confirmed.add(step.step, step.ranks, ms, wm.pp_of_row, step.run_queue_ms)
         if self.history is not None:
             self.history.add(step.ranks, ms)
 

@@ -150,7 +150,9 @@ class StepTimes:
     """One step, per rank. ranks: (rows,) global rank ids, ascending; ms: (rows, len(STAGES))
     ms per step, NaN = not run; p2p_ms: (rows, 4) ms in P2P_OPS order, NaN = not run, or
     None when the input has no pipeline p2p times; step_ms: measured step time, NaN if unknown.
-    tokens: (rows,) workload per rank or None."""
+    tokens: (rows,) workload per rank or None. run_queue_ms: (rows,) ms each rank's training
+    thread waited for a CPU in the step (host contention; NaN = not measured), or None when the
+    input has none."""
 
     step: int
     ranks: np.ndarray
@@ -158,6 +160,7 @@ class StepTimes:
     p2p_ms: Optional[np.ndarray] = None
     step_ms: float = float("nan")
     tokens: Optional[np.ndarray] = None
+    run_queue_ms: Optional[np.ndarray] = None
 
     stages = STAGES
 

@@ -1,11 +1,13 @@
 """Our own straggler.jsonl (relax_straggler.reporters.jsonl): one report per line with
 "step", "stages" (names), "device_ms" ([[ms per stage] per rank], null = not run) and
-optionally "tokens" (per rank). Read line by line.
+optionally "tokens" (per rank) and "run_queue_ms" (per rank: the training thread's wait for a
+CPU in the step, null = not measured). Read line by line.
 
 Line problems (reported with the line number, the line skipped): invalid JSON (or nested
 too deep), missing or mistyped fields, a step outside int64, stage names outside the
 closed set, a device_ms row of the wrong length, times that are negative, not finite or
-beyond MAX_TIME_MS, tokens negative or not finite, a step number seen before.
+beyond MAX_TIME_MS, tokens or run-queue waits negative or not finite, a step number seen
+before.
 """
 
 from __future__ import annotations
@@ -115,7 +117,16 @@ class StragglerJsonlReader:
                                      f"({len(device)})", "malformed")
                 return None
             tok = np.array(tok, dtype=np.float64)
-        return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok)
+        waits = rec.get("run_queue_ms")
+        if waits is not None:
+            waits = [np.nan if w is None else finite_number(w) for w in waits] if isinstance(waits, list) else None
+            if waits is None or len(waits) != len(device) or any(w is None or w < 0 for w in waits):
+                self.problems.report(line, f"'run_queue_ms' must list one finite number of ms >= 0 or null per rank "
+                                     f"({len(device)})", "malformed")
+                return None
+            waits = np.array(waits, dtype=np.float64)
+        return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok,
+                         run_queue_ms=waits)
 
 
 def _times(device: list) -> Union[np.ndarray, tuple[int, object]]:

@@ -1,7 +1,8 @@
 """One JSON object per report, appended to a file (the input of offline analysis).
 
 Line schema: {"step", "time" (unix s), "stages" [names], "device_ms" [[ms per stage]
-per rank], "tokens" [per rank] or null, "stragglers" {stage: [ranks]},
+per rank], "tokens" [per rank] or null, "run_queue_ms" [per rank: the training thread's wait
+for a CPU in the step, null = not measured] or null, "stragglers" {stage: [ranks]},
 "likely_bottleneck", "metrics" {...}, "verdict" {"status", "findings" [{rank, group, stage,
 state, since_step, confidence, ratio, persistent, by_window, facts {...}, cause}],
 "unjudged_ranks"} or null}. A hang answer is a line of the same schema with no stages
@@ -50,6 +51,7 @@ class JsonlSink(Sink):
             "stages": list(report.stages),
             "device_ms": report.device_ms.tolist(),
             "tokens": None if report.tokens is None else report.tokens.tolist(),
+            "run_queue_ms": None if report.run_queue_ms is None else report.run_queue_ms.tolist(),
             "stragglers": {k: list(v) for k, v in report.stragglers.items() if v},
             "likely_bottleneck": report.likely_bottleneck,
             "metrics": report.metrics,
@@ -61,8 +63,8 @@ class JsonlSink(Sink):
 
     def write_hang(self, event: HangEvent) -> None:
         self._append({"step": event.step, "time": time.time(), "stages": [], "device_ms": [], "tokens": None,
-                      "stragglers": {}, "likely_bottleneck": None, "metrics": dict(event.metrics), "verdict": None},
-                     event.step)
+                      "run_queue_ms": None, "stragglers": {}, "likely_bottleneck": None,
+                      "metrics": dict(event.metrics), "verdict": None}, event.step)
 
     def _append(self, record: dict, step: int) -> None:
         """Appends `record` as one line, whole or not at all (the class docstring)."""
