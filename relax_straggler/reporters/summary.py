@@ -45,7 +45,8 @@ class Confirmed:
     first confirmation on; ratio: the finding's ratio (relax_straggler.judge.confirm.Finding.ratio)
     in the last report that named it; median_excess_ms: median of its excess over the group's
     reference (ms) over the reports that named it; cause: the inferred cause most often
-    given."""
+    given; last_step: the step of the last report that named it; to_end: whether the run's
+    last report still named it (else the verdict released it after last_step)."""
 
     rank: int
     stage: str
@@ -55,11 +56,14 @@ class Confirmed:
     ratio: float
     median_excess_ms: float
     cause: str
+    last_step: int
+    to_end: bool
 
     def __str__(self) -> str:
+        released = "" if self.to_end else f", released after step {self.last_step}"
         return (f"straggler rank {self.rank} confirmed in {self.stage} from step {self.first_step} (named in "
                 f"{self.reports} of {self.reports_after} reports since, {self.ratio:.2f}x its group; "
-                f"cause: {self.cause})")
+                f"cause: {self.cause}){released}")
 
 
 class RunSummary(Sink):
@@ -109,6 +113,7 @@ class RunSummary(Sink):
                 "first_step": f.since_step, "first_report": self.reports, "reports": 0,
                 "ratio": f.ratio, "excess": collections.deque(maxlen=256), "causes": collections.Counter()})
             entry["reports"] += 1
+            entry["last_step"], entry["last_report"] = report.step, self.reports
             entry["ratio"] = f.ratio
             entry["excess"].append(f.facts.excess_ms)
             entry["causes"][f.cause] += 1
@@ -119,13 +124,14 @@ class RunSummary(Sink):
         with self._lock:
             out = [Confirmed(rank, stage, e["first_step"], e["reports"], self.reports - e["first_report"] + 1,
                              float(e["ratio"]), float(np.median(e["excess"])),
-                             e["causes"].most_common(1)[0][0])
+                             e["causes"].most_common(1)[0][0], e["last_step"], e["last_report"] == self.reports)
                    for (rank, stage), e in self._confirmed.items()]
         return sorted(out, key=lambda c: (-c.reports, -c.median_excess_ms, c.first_step))
 
     def headline(self) -> str:
         """The run's one-line verdict: the rank confirmed in the most reports, from its first
-        confirmation, in the stage where it costs most (largest excess), its other stages."""
+        confirmation, in the stage where it costs most (largest excess), its other stages, and
+        when the verdict released it if the run's last report named it in none."""
         confirmed = self.confirmed()
         if not confirmed:
             return f"no straggler confirmed in {self.reports} reports"
@@ -136,9 +142,10 @@ class RunSummary(Sink):
         named = max(c.reports for c in mine)
         others = [c.stage for c in mine if c is not worst]
         also = f"; also in {', '.join(others)}" if others else ""
+        released = "" if any(c.to_end for c in mine) else f"; released after step {max(c.last_step for c in mine)}"
         return (f"straggler rank {rank} confirmed from step {first.first_step} (named in {named} of "
                 f"{first.reports_after} reports since), costing most in {worst.stage}: {worst.ratio:.2f}x its "
-                f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}")
+                f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}{released}")
 
     def flags(self) -> list[Flag]:
         """(rank, stage) pairs ever flagged by the per-step rule, most often flagged first."""

@@ -78,9 +78,15 @@ def test_the_summary_headline_names_the_confirmed_straggler():
     assert (c.rank, c.stage, c.first_step, c.reports, c.reports_after, c.cause, c.median_excess_ms) == \
         (1, "forward", 40, 3, 4, "compute", 3.0)
     assert c.ratio == 1.5  # the finding's own ratio in the last report that named it, not a median of medians
+    # Released before the run's last report: the headline and the line say when, not "confirmed" alone.
+    assert (c.last_step, c.to_end) == (60, False)
     assert summary.headline() == ("straggler rank 1 confirmed from step 40 (named in 3 of 4 reports since), costing most "
-                                  "in forward: 1.50x its group, +3.0 ms; cause: compute")
-    assert summary.statuses == {"healthy": 2, "suspected": 1, "straggler": 3}
+                                  "in forward: 1.50x its group, +3.0 ms; cause: compute; released after step 60")
+    assert str(c).endswith("cause: compute), released after step 60")
+    summary.write(report(80, finding("straggler", ratio=1.4)))
+    (c,) = summary.confirmed()
+    assert c.to_end and summary.headline().endswith("; cause: compute") and str(c).endswith("cause: compute)")
+    assert summary.statuses == {"healthy": 2, "suspected": 1, "straggler": 4}
 
 
 def test_the_jsonl_line_carries_the_verdict(tmp_path):
