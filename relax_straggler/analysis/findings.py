@@ -107,8 +107,9 @@ def _group(findings: list, workers: _Workers, result: RunResult) -> list[Anomaly
 def _detail_line(kind: str, d: StageDetail, topo: Topology, steps: int) -> str:
     share = f"in {d.steps_flagged}/{steps} steps"
     if kind == "individual":
-        return (f"{d.stage}: {d.mean_ratio:.2f}x the median of its {topo.dp} data-parallel replicas, "
-                f"+{d.mean_excess_ms:.1f} ms per step, {share}")
+        # With two replicas the reference is the other one (csrc/core/attribute/classify.cpp).
+        ref = "its data-parallel peer" if topo.dp == 2 else f"the median of the {topo.dp} data-parallel replicas"
+        return f"{d.stage}: {d.mean_ratio:.2f}x {ref}, +{d.mean_excess_ms:.1f} ms per step, {share}"
     if kind == "structural":
         return (f"{d.stage}: every replica of the stage at {d.mean_ratio:.2f}x the median pipeline stage, "
                 f"+{d.mean_excess_ms:.1f} ms per step, {share}")

@@ -246,7 +246,8 @@ class Finding:
         line = (f"rank {self.rank} {self.state} in {self.stage} since step {self.since_step}: "
                 f"{self.ratio:.2f}x its group, {agree}")
         if self.facts.waiting_ranks:
-            line += f"; ranks {', '.join(map(str, self.facts.waiting_ranks))} waited on it"
+            waiting = self.facts.waiting_ranks
+            line += f"; rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} waited on it"
         if self.facts.run_queue_excess_ms > 0:
             line += f"; its thread waited {self.facts.run_queue_excess_ms:.1f} ms more for a CPU than its group's"
         if self.cause == "gc":  # the pauses of every other finding are in its facts only
