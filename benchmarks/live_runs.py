@@ -9,12 +9,17 @@ rank, with the product's default settings; a run's reports come from its JSONL:
                    the 7th report on (backward+20%: the same in backward, under DDP)
     demo           2 ranks, two busy processes on rank 1's core from step 70 (reports
                    every 5 steps)
+    jitter         4 ranks, every rank sleeping a fresh U(0, 15) ms in forward each step
+                   (forward about 10 ms, the step about 85 ms), 50 reports, nothing slowed
+    jitter+8%      the same, rank 2 sleeping 7.3 ms more in forward (8 % of its step, half
+                   the sleep's spread) from the 7th report on, 36 reports after it
 
 Per scenario and run: the report (1 = the first after the onset) that first confirms the
-slowed rank in the slowed stage, the share of later reports naming it, and the reports
-before the onset (all of them for healthy) that confirm anyone.
+slowed rank in the slowed stage, the share of later reports naming it, the reports
+before the onset (all of them for the healthy runs) that confirm anyone, and the reports
+that confirm anyone else (any rank and stage but the slowed one's, the whole run).
 
-    .venv/bin/python benchmarks/live_runs.py [--runs 5] [--scenarios healthy forward backward demo]
+    .venv/bin/python benchmarks/live_runs.py [--runs 5] [--scenarios healthy forward backward demo jitter jitter+8%]
 """
 
 from __future__ import annotations
@@ -31,6 +36,12 @@ REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "train_gpt.py"
 TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq-len", "16", "--batch-size", "2",
         "--corpus-bytes", "200000", "--contend-rank", "-1", "--log-every", "1000"]
+# The jitter scenarios: a model whose forward computes a few ms, every rank sleeping a fresh
+# U(0, 15) ms in forward and 45 ms in backward (the rest of a ~85 ms step): the forward's noise
+# is the sleep's, 4 ranks sharing 2 cores add the host's.
+JITTER_MODEL = ["--layers", "2", "--d-model", "64", "--heads", "2", "--seq-len", "64", "--batch-size", "4",
+                "--corpus-bytes", "200000", "--contend-rank", "-1", "--log-every", "1000",
+                "--inject-jitter", "forward:15", *(a for r in range(4) for a in ("--inject-delay", f"{r}:backward:45"))]
 WARMUP, INTERVAL, BASE_MS = 6, 5, 40.0
 ONSET = WARMUP + 6 * INTERVAL
 
@@ -62,6 +73,13 @@ def scenario(name: str) -> tuple[int, list[str], int, tuple[int, str] | None]:
         delays += ["--inject-delay", f"2:{name}:{0.2 * BASE_MS}:{ONSET}"]
         return 4, [*TINY, "--steps", str(ONSET + 8 * INTERVAL), "--straggler-interval", str(INTERVAL),
                    "--straggler-warmup-steps", str(WARMUP), *delays], ONSET, (2, name)
+    if name == "jitter":
+        return 4, [*JITTER_MODEL, "--steps", str(WARMUP + 50 * INTERVAL), "--straggler-interval", str(INTERVAL),
+                   "--straggler-warmup-steps", str(WARMUP)], 1 << 30, None
+    if name == "jitter+8%":
+        return 4, [*JITTER_MODEL, "--steps", str(ONSET + 36 * INTERVAL), "--straggler-interval", str(INTERVAL),
+                   "--straggler-warmup-steps", str(WARMUP), "--inject-delay", f"2:forward:7.3:{ONSET}"], ONSET, \
+            (2, "forward")
     if name == "demo":
         return 2, ["--steps", "150", "--contend-steps", "70:150", "--straggler-interval", "5",
                    "--log-every", "1000"], 70, None
@@ -70,7 +88,8 @@ def scenario(name: str) -> tuple[int, list[str], int, tuple[int, str] | None]:
 
 def measure(name: str) -> dict:
     """One run of scenario `name`: {"first": report number or None, "named": share of the
-    reports from the first on, "false": reports before the onset confirming anyone}."""
+    reports from the first on, "false": reports before the onset confirming anyone, "others":
+    reports confirming any (rank, stage) but the slowed one, "reports": reports written}."""
     nproc, args, onset, slowed = scenario(name)
     reports = run(nproc, args)
     before = [r for r in reports if r["step"] < onset]
@@ -81,26 +100,30 @@ def measure(name: str) -> dict:
         hit = [slowed in confirmed(r) for r in after] if slowed else []
     first = hit.index(True) if True in hit else None
     named = sum(hit[first:]) / len(hit[first:]) if first is not None else 0.0
+    others = sum(bool(confirmed(r) - {slowed}) for r in reports) if name != "demo" else None
     return {"first": None if first is None else first + 1, "named": named,
-            "false": sum(bool(confirmed(r)) for r in before), "before": len(before)}
+            "false": sum(bool(confirmed(r)) for r in before), "before": len(before), "others": others,
+            "reports": len(reports)}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=5)
-    p.add_argument("--scenarios", nargs="+", default=["healthy", "forward", "backward", "demo"])
+    p.add_argument("--scenarios", nargs="+", default=["healthy", "forward", "backward", "demo", "jitter", "jitter+8%"])
     args = p.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f}")
     print("| scenario | runs | confirmed on report (1 = first after the onset) | named after | "
-          "reports before the onset confirming anyone |")
-    print("|---|---|---|---|---|")
+          "reports before the onset confirming anyone | reports confirming anyone else |")
+    print("|---|---|---|---|---|---|")
     for name in args.scenarios:
         results = [measure(name) for _ in range(args.runs)]
         firsts = ", ".join("-" if r["first"] is None else str(r["first"]) for r in results)
         named = min(r["named"] for r in results)
         false = ", ".join(f"{r['false']}/{r['before']}" for r in results)
-        print(f"| {name} | {args.runs} | {firsts if name != 'healthy' else '-'} | "
-              f"{'-' if name == 'healthy' else f'>= {named:.0%}'} | {false} |", flush=True)
+        others = "-" if name == "demo" else ", ".join(f"{r['others']}/{r['reports']}" for r in results)
+        healthy = name in ("healthy", "jitter")
+        print(f"| {name} | {args.runs} | {'-' if healthy else firsts} | "
+              f"{'-' if healthy else f'>= {named:.0%}'} | {false} | {others} |", flush=True)
 
 
 if __name__ == "__main__":

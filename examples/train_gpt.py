@@ -11,7 +11,9 @@ the flagged rank and stage.
 
 --inject-delay RANK:STAGE:MS[:FROM] adds a deterministic sleep inside a stage on one rank
 (stages: forward, backward, optimizer, data), from step FROM on (default 0); the specs of
-one rank and stage add up. For tests.
+one rank and stage add up. --inject-jitter STAGE:MS makes every rank sleep a fresh U(0, MS) ms
+in that stage each step (seeded by --seed and the rank): noise common to all ranks. For
+tests.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -37,6 +40,7 @@ from relax_straggler.demo import (
     inject_delays,
     load_corpus,
     parse_delays,
+    parse_jitter,
     train_step,
 )
 
@@ -59,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--contend-procs", type=int, default=2,
                    help="Busy processes sharing the contended rank's core (it keeps about 1/(N+1) of it).")
     p.add_argument("--inject-delay", action="append", default=[], metavar="RANK:STAGE:MS[:FROM]")
+    p.add_argument("--inject-jitter", action="append", default=[], metavar="STAGE:MS")
     p.add_argument("--output", type=str, default="runs/demo")
     p.add_argument("--log-every", type=int, default=20)
     relax_straggler.add_arguments(p)
@@ -82,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         planned = [(stage, ms / 1e3, first) for r, stage, ms, first in parse_delays(args.inject_delay, world)
                    if r == rank]
+        jitter = parse_jitter(args.inject_jitter)
         first, last = (int(x) for x in args.contend_steps.split(":"))
         config = relax_straggler.from_args(args)
     except ValueError as exc:
@@ -94,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     if config.enabled and config.jsonl_path is None:
         config = config.replace(jsonl_path=os.path.join(args.output, "straggler.jsonl"))
     analyzer = relax_straggler.install(model, optimizer, config=config)
-    delays = {stage: 0.0 for stage, _, _ in planned}  # s per stage; the hooks read it at each call
+    # s per stage; the hooks read it at each call
+    delays = {stage: 0.0 for stage in [stage for stage, _, _ in planned] + [stage for stage, _ in jitter]}
+    noise = np.random.default_rng([args.seed, rank])
     inject_delays(delays, model, optimizer)
 
     batches = Batches(load_corpus(args.corpus_bytes), args.batch_size, args.seq_len, args.seed, rank)
@@ -107,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             if contender is not None and step == last:
                 contender.stop()
             for stage in delays:  # the specs of a stage add up, each from its first step
-                delays[stage] = sum(s for st, s, first in planned if st == stage and step >= first)
+                delays[stage] = (sum(s for st, s, first in planned if st == stage and step >= first) +
+                                 sum(noise.uniform(0.0, ms) / 1e3 for st, ms in jitter if st == stage))
             t0 = time.perf_counter()
             with analyzer.section("data"):
                 x, y = batches.next()

@@ -10,6 +10,8 @@ import time
 
 import torch
 
+STAGES = ("forward", "backward", "optimizer", "data")  # where a sleep can be injected
+
 
 def parse_delays(specs: list[str], world: int) -> list[tuple[int, str, float, int]]:
     """Parses --inject-delay RANK:STAGE:MS[:FROM] specs into (rank, stage, ms, first step).
@@ -23,11 +25,29 @@ def parse_delays(specs: list[str], world: int) -> list[tuple[int, str, float, in
         except ValueError:
             raise ValueError(f"--inject-delay {spec!r}: expected RANK:STAGE:MS[:FROM], e.g. 1:forward:30 or "
                              "1:forward:30:100") from None
-        if stage not in ("forward", "backward", "optimizer", "data"):
+        if stage not in STAGES:
             raise ValueError(f"--inject-delay {spec!r}: STAGE must be forward, backward, optimizer or data")
         if not 0 <= rank < world or not (math.isfinite(ms) and ms >= 0) or first < 0:
             raise ValueError(f"--inject-delay {spec!r}: RANK must be in [0, {world}), MS >= 0 and FROM >= 0")
         out.append((rank, stage, ms, first))
+    return out
+
+
+def parse_jitter(specs: list[str]) -> list[tuple[str, float]]:
+    """Parses --inject-jitter STAGE:MS specs into (stage, ms): every rank sleeps a fresh
+    U(0, MS) ms in that stage each step. Raises ValueError naming the bad spec."""
+    out = []
+    for spec in specs:
+        try:
+            stage, ms_s = spec.split(":")
+            ms = float(ms_s)
+        except ValueError:
+            raise ValueError(f"--inject-jitter {spec!r}: expected STAGE:MS, e.g. forward:15") from None
+        if stage not in STAGES:
+            raise ValueError(f"--inject-jitter {spec!r}: STAGE must be forward, backward, optimizer or data")
+        if not (math.isfinite(ms) and ms > 0):
+            raise ValueError(f"--inject-jitter {spec!r}: MS must be > 0")
+        out.append((stage, ms))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The demo's stragglers on purpose: the delay specs and the CPU contender."""
+"""The demo's stragglers on purpose: the delay and jitter specs and the CPU contender."""
 
 import os
 import sys
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from conftest import DETECTION, ONE_AT_A_TIME
-from relax_straggler.demo.faults import Contender, parse_delays
+from relax_straggler.demo.faults import Contender, parse_delays, parse_jitter
 
 pytestmark = [ONE_AT_A_TIME, DETECTION]  # measures CPU shares
 
@@ -17,6 +17,13 @@ def test_delay_specs_parse_and_bad_ones_name_the_spec():
     for bad in ("1:forward", "1:attention:30", "2:forward:30", "1:forward:-1", "1:forward:nan", "1:forward:30:x"):
         with pytest.raises(ValueError, match="--inject-delay"):
             parse_delays([bad], 2)
+
+
+def test_jitter_specs_parse_and_bad_ones_name_the_spec():
+    assert parse_jitter(["forward:15", "backward:2.5"]) == [("forward", 15.0), ("backward", 2.5)]
+    for bad in ("forward", "1:forward:15", "attention:15", "forward:0", "forward:-1", "forward:inf", "forward:x"):
+        with pytest.raises(ValueError, match="--inject-jitter"):
+            parse_jitter([bad])
 
 
 def _cpu_s(pid: int) -> float:
