@@ -4,10 +4,12 @@ One sampled step's replay always has a worker with the highest score min(S_dp, S
 and on a healthy job that worker changes from step to step while S itself moves by tenths
 (scheduling, the host). So a worker is named only when the evidence repeats:
 
-    spread     1.4826 x the median absolute deviation of S over the last `memory` healthy
-               reports (those without a lead beyond the spread: a slow worker's reports do
-               not widen it), at least `min_spread`; the spread of a report is taken from
-               the reports before it
+    spread     S's own noise from one report to the next: 1.4826 x the median of |S_i -
+               S_(i-1)| / sqrt(2) over the last `memory` reports, at least `min_spread`,
+               taken from the reports before this one. Differences of consecutive reports:
+               a slow worker that lifts S for good moves it once, so it does not widen the
+               spread, and every report counts, so no early estimate can stick
+    typical    the median of S over the last `memory` reports that named nobody
     lead       this report's leader (highest score) and its score minus the runner-up's
     named      this report's leader, when it led in at least c of the last `window` reports
                (this one included) and by more than the spread in at least `confirm` of
@@ -15,7 +17,8 @@ and on a healthy job that worker changes from step to step while S itself moves 
                workers each report (a healthy job's leader rotates) reaches in at most
                `chance` of reports: W x P(Binomial(window, 1 / W) >= c) <= chance (c =
                window for W = 2, 4 for W = 4 with the defaults); nobody before
-               `min_healthy` healthy reports have given a spread
+               `min_reports` reports have given a spread. Scores that are not finite
+               (a worker the replay could not score) are left out
 
 A worker whose ops cost the step more than the job's own spread of S is named c reports
 after it starts; a report in which another worker's noise outgrew it names nobody, and the
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -40,32 +44,38 @@ _MAD_TO_SIGMA = 1.4826  # the MAD of a normal distribution x 1.4826 = its sigma
 class LeadConfig:
     """Settings of the named worker (module docstring). Raises ValueError naming the field."""
 
-    memory: int = 16  # healthy reports the spread is taken over
-    min_healthy: int = 3  # healthy reports before anyone can be named
+    memory: int = 16  # recent reports the spread and the typical S are taken over
+    min_reports: int = 3  # reports before anyone can be named (the spread needs 2 differences)
     window: int = 5  # recent reports a lead is counted over
-    confirm: int = 3  # of the leads in the window, those by more than the spread
+    confirm: int = 2  # of the leads in the window, those by more than the spread
     chance: float = 0.1  # the share of reports a rotating leader may reach the leads counted
     min_spread: float = 0.01  # floor of the spread (S of a replay repeats to ~1e-4)
 
     def __post_init__(self) -> None:
-        for name in ("memory", "min_healthy", "window", "confirm"):
+        for name in ("memory", "min_reports", "window", "confirm"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"LeadConfig.{name} must be an integer >= 1, got {value!r}")
-        if self.min_healthy < 2 or self.min_healthy > self.memory:
-            raise ValueError(f"LeadConfig.min_healthy must be in 2..memory ({self.memory}), got {self.min_healthy}")
+        if self.min_reports < 3 or self.min_reports > self.memory + 1:
+            raise ValueError(f"LeadConfig.min_reports must be in 3..memory + 1 ({self.memory + 1}), "
+                             f"got {self.min_reports}")
         if self.confirm > self.window:
             raise ValueError(f"LeadConfig.confirm must be <= window ({self.window}), got {self.confirm}")
-        if not (math.isfinite(self.chance) and 0.0 < self.chance < 1.0):
+        if not (_is_real(self.chance) and 0.0 < self.chance < 1.0):
             raise ValueError(f"LeadConfig.chance must be in (0, 1), got {self.chance!r}")
-        if not (math.isfinite(self.min_spread) and self.min_spread >= 0.0):
+        if not (_is_real(self.min_spread) and math.isfinite(self.min_spread) and self.min_spread >= 0.0):
             raise ValueError(f"LeadConfig.min_spread must be a finite number >= 0, got {self.min_spread!r}")
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)
 class Lead:
-    """The answer for one report. typical / spread: median and sigma of S over the healthy
-    reports before it (NaN until there are two); leader / lead: this report's highest-scoring
+    """The answer for one report. typical / spread: the typical S and S's noise over the
+    reports before it (module docstring; NaN until there are two, three); leader / lead:
+    this report's highest-scoring
     worker (dp_rank, stage) and its score minus the runner-up's (0 with one worker);
     named: the worker confirmed by the rule, or None."""
 
@@ -81,29 +91,33 @@ class WhatIfLead:
 
     def __init__(self, config: Optional[LeadConfig] = None) -> None:
         self.config = config or LeadConfig()
-        self._healthy: collections.deque[float] = collections.deque(maxlen=self.config.memory)
+        self._recent: collections.deque[float] = collections.deque(maxlen=self.config.memory + 1)  # every S
+        self._healthy: collections.deque[float] = collections.deque(maxlen=self.config.memory)  # S naming nobody
         # (leader, led beyond the spread) of the recent reports
         self._leads: collections.deque[tuple[tuple[int, int], bool]] = collections.deque(maxlen=self.config.window)
 
     def update(self, slowdown: float, scores: Mapping[tuple[int, int], float]) -> Lead:
         """Judges one report. slowdown: its S (> 0, finite); scores: each worker's
-        min(S_dp, S_stage), at least one. Raises ValueError on a non-finite S or no scores."""
-        if not (math.isfinite(slowdown) and slowdown > 0.0):
-            raise ValueError(f"slowdown must be finite and > 0, got {slowdown!r}")
-        if not scores:
-            raise ValueError("scores must hold at least one worker")
-        ranked = sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        min(S_dp, S_stage), at least one finite (the others are left out). Raises ValueError
+        on an S that is no finite number > 0 or no finite score."""
+        if not (_is_real(slowdown) and math.isfinite(slowdown) and slowdown > 0.0):
+            raise ValueError(f"slowdown must be a finite number > 0, got {slowdown!r}")
+        finite = {w: float(v) for w, v in scores.items() if _is_real(v) and math.isfinite(v)}
+        if not finite:
+            raise ValueError(f"scores must hold at least one finite score, got {dict(scores)!r}")
+        ranked = sorted(finite.items(), key=lambda kv: (-kv[1], kv[0]))
         leader, top = ranked[0]
         lead = top - ranked[1][1] if len(ranked) > 1 else 0.0
-        typical, spread = self._typical()
-        learned = len(self._healthy) >= self.config.min_healthy
+        typical, spread = self._typical(), self._spread()
+        learned = len(self._recent) >= self.config.min_reports
         beyond = learned and lead > max(spread, self.config.min_spread)
         self._leads.append((leader, beyond))
         led = [b for w, b in self._leads if w == leader]
-        enough = len(led) >= self.leads_needed(len(scores)) and sum(led) >= self.config.confirm
+        enough = len(led) >= self.leads_needed(len(finite)) and sum(led) >= self.config.confirm
         named = leader if learned and enough else None
-        if not beyond:
-            self._healthy.append(slowdown)
+        self._recent.append(float(slowdown))
+        if named is None:
+            self._healthy.append(float(slowdown))
         return Lead(typical=typical, spread=spread, leader=leader, lead=lead, named=named)
 
     def leads_needed(self, workers: int) -> int:
@@ -118,9 +132,13 @@ class WhatIfLead:
                 return min(c + 1, n)
         return 1
 
-    def _typical(self) -> tuple[float, float]:
-        if len(self._healthy) < 2:
-            return float("nan"), float("nan")
-        s = np.fromiter(self._healthy, dtype=np.float64)
-        median = float(np.median(s))
-        return median, _MAD_TO_SIGMA * float(np.median(np.abs(s - median)))
+    def _typical(self) -> float:
+        """The median S of the recent reports that named nobody; NaN before two."""
+        return float(np.median(np.fromiter(self._healthy, dtype=np.float64))) if len(self._healthy) >= 2 else math.nan
+
+    def _spread(self) -> float:
+        """S's noise from report to report (module docstring); NaN before three reports."""
+        if len(self._recent) < 3:
+            return math.nan
+        steps = np.abs(np.diff(np.fromiter(self._recent, dtype=np.float64)))
+        return _MAD_TO_SIGMA * float(np.median(steps)) / math.sqrt(2.0)

@@ -3,9 +3,9 @@ recorded by relax_straggler.live.op_records) through the engine's what-if model,
 rank's report thread. docs/WHATIF.md, "Live".
 
 It publishes straggler/whatif/* and straggler/dropped_ops (relax_straggler.common.metric_names;
-their meanings: docs/METRICS.md): S of the step, its typical value and spread over the
-recent healthy reports, this step's leading worker, the worker named once it leads beyond
-the spread (relax_straggler.whatif.lead), what fixing it gives back, and the model's error.
+their meanings: docs/METRICS.md): S of the step, its typical value and its noise from
+report to report, this step's leading worker, the worker named once it leads beyond that
+noise (relax_straggler.whatif.lead), what fixing it gives back, and the model's error.
 
 Nothing under straggler/whatif/ is published for a step without per-op data, one where a
 rank dropped ops, or one the model cannot represent (logged once): never a guess.
