@@ -51,7 +51,9 @@ beyond its group's explains at least half of the finding's excess (GC_SHARE). Pa
 and long, so they are pooled over the steps of the reports agreeing with the finding (a mean
 per step, not a median of reports, which would miss them); a pause that landed on the sampled
 step itself is taken as it is (its pause beyond its group's, latest report): whichever
-explains more. The pooled pauses go to ``facts.gc_*``. Not thread-safe: call update from one thread.
+explains more. The pooled pauses go to ``facts.gc_*``. A ``recovered`` finding keeps the cause
+it had in the last report that confirmed it: the cause is that of the slowdown it recovered
+from, not a reading of the healthy reports since. Not thread-safe: call update from one thread.
 """
 
 from __future__ import annotations
@@ -328,6 +330,7 @@ class ConfirmedVerdict:
         # Each report's GC pauses, (ranks, len(GC_FIELDS)), for the reports a finding spans.
         self._gc: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
         self._stacks: dict[int, StackSample] = {}  # rank -> its latest sampled stack while it is confirmed
+        self._confirmed_causes: dict[tuple[int, str], str] = {}  # (rank, stage) -> cause while listed
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
                workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None,
@@ -375,6 +378,7 @@ class ConfirmedVerdict:
         if kernel is not None:  # refines what is still "compute"
             findings = tuple(_with_kernel_cause(f, kernel, stages, group_list) for f in findings)
         findings = self._with_stacks(findings, stacks or {}, r.reset)
+        findings = self._with_confirmed_cause(findings, r.reset)
         return VerdictResult(step=r.step, status=C.state_name(r.status), findings=findings,
                              unjudged_ranks=tuple(r.unjudged_ranks), reports=r.reports, reset=r.reset,
                              window=window_result)
@@ -385,6 +389,7 @@ class ConfirmedVerdict:
         self._run_queue.clear()
         self._gc.clear()
         self._stacks.clear()
+        self._confirmed_causes.clear()
         if self._window is not None:
             self._window = WindowDetector(window=self._window.window, every=self._window.every,
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
@@ -403,6 +408,20 @@ class ConfirmedVerdict:
             return findings
         return tuple(dataclasses.replace(f, facts=dataclasses.replace(f.facts, stack=self._stacks[f.rank]))
                      if f.state == "straggler" and f.rank in self._stacks else f for f in findings)
+
+    def _with_confirmed_cause(self, findings: tuple[Finding, ...], reset: bool) -> tuple[Finding, ...]:
+        """The findings, each recovered one with the cause of its last confirmed report (the
+        module's docstring); a (rank, stage) no longer listed is forgotten."""
+        if reset:
+            self._confirmed_causes.clear()
+        listed = {}
+        for f in findings:
+            if f.rank >= 0 and f.state in ("straggler", "recovered"):
+                key = (f.rank, f.stage)
+                listed[key] = f.cause if f.state == "straggler" else self._confirmed_causes.get(key, f.cause)
+        self._confirmed_causes = listed
+        return tuple(dataclasses.replace(f, cause=listed[(f.rank, f.stage)]) if f.state == "recovered" and
+                     f.rank >= 0 else f for f in findings)
 
     def _with_run_queue(self, step: int, findings: tuple[Finding, ...], run_queue_ms: Sequence[float],
                         groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:

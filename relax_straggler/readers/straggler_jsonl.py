@@ -6,8 +6,9 @@ CPU in the step, null = not measured). Read line by line.
 Line problems (reported with the line number, the line skipped): invalid JSON (or nested
 too deep), missing or mistyped fields, a step outside int64, stage names outside the
 closed set, a device_ms row of the wrong length, times that are negative, not finite or
-beyond MAX_TIME_MS, tokens or run-queue waits negative or not finite, a step number seen
-before.
+beyond MAX_TIME_MS, tokens negative or not finite, a step number seen before. Run-queue
+waits that are not a number of ms in [0, MAX_TIME_MS] or null per rank are a problem of their
+line that leaves only the waits out.
 """
 
 from __future__ import annotations
@@ -117,16 +118,27 @@ class StragglerJsonlReader:
                                      f"({len(device)})", "malformed")
                 return None
             tok = np.array(tok, dtype=np.float64)
-        waits = rec.get("run_queue_ms")
-        if waits is not None:
-            waits = [np.nan if w is None else finite_number(w) for w in waits] if isinstance(waits, list) else None
-            if waits is None or len(waits) != len(device) or any(w is None or w < 0 for w in waits):
-                self.problems.report(line, f"'run_queue_ms' must list one finite number of ms >= 0 or null per rank "
-                                     f"({len(device)})", "malformed")
-                return None
-            waits = np.array(waits, dtype=np.float64)
         return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok,
-                         run_queue_ms=waits)
+                         run_queue_ms=self._waits(line, rec.get("run_queue_ms"), len(device)))
+
+    def _waits(self, line: int, waits: object, ranks: int) -> Optional[np.ndarray]:
+        """The line's run-queue waits, (ranks,) ms with NaN for null, or None when it has none.
+        A malformed list is a problem of its line that leaves the waits out and keeps the
+        step's times (skipped=0): the cause then reads compute, as for an input without them."""
+        if waits is None:
+            return None
+        values = [np.nan if w is None else finite_number(w) for w in waits] if isinstance(waits, list) else None
+        if values is None or len(values) != ranks:
+            what = f"{short_repr(waits)} is not a list of {ranks}"
+        else:
+            bad = next((r for r, w in enumerate(values)
+                        if waits[r] is not None and (w is None or not 0 <= w <= MAX_TIME_MS)), None)
+            if bad is None:
+                return np.array(values, dtype=np.float64)
+            what = f"run_queue_ms[{bad}]: {short_repr(waits[bad])}"
+        self.problems.report(line, f"'run_queue_ms': {what} (one number of ms in [0, {MAX_TIME_MS:g}] or null per "
+                             "rank); the waits are left out, the step's times kept", "malformed", skipped=0)
+        return None
 
 
 def _times(device: list) -> Union[np.ndarray, tuple[int, object]]:

@@ -1,7 +1,7 @@
 """A rank kept waiting for a CPU is host contention offline as live: the JSONL carries each
 rank's run-queue wait of the sampled step, and `analyze` replays the confirmed verdict with
 it, so its confirmed straggler reads the cause the live verdict gave (host_contention, not
-compute). A malformed wait list is refused with its line."""
+compute). A malformed wait list is a problem of its line; the step's times stay."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ STAGES = ("forward", "backward", "communication")
 RANKS, SLOW, ONSET = 4, 1, 6
 
 
-def reports(contended: bool, seed: int = 3) -> list[Report]:
-    """20 reports through the live verdict: rank 1's forward 1.6x from report 6; with
+def reports(contended: bool, seed: int = 3, until: int = 20) -> list[Report]:
+    """20 reports through the live verdict: rank 1's forward 1.6x from report 6 to `until`; with
     `contended` its training thread waited for a CPU as long as its excess (host contention),
     else no longer than its peers (its own slow compute)."""
     rng = np.random.default_rng(seed)
@@ -31,7 +31,7 @@ def reports(contended: bool, seed: int = 3) -> list[Report]:
         ms[:, 0] = 40.0 * np.exp(rng.normal(0, 0.01, RANKS))
         ms[:, 1] = 80.0 * np.exp(rng.normal(0, 0.01, RANKS))
         waits = rng.uniform(0.2, 0.6, RANKS)
-        if step >= ONSET:
+        if ONSET <= step < until:
             excess = 0.6 * ms[SLOW, 0]
             ms[SLOW, 0] += excess
             waits[SLOW] += excess if contended else 0.0
@@ -67,16 +67,26 @@ def test_analyze_gives_the_live_verdicts_cause_host_contention_or_compute(tmp_pa
         assert (named["rank"], named["stage"], named["cause"]) == (SLOW, "forward", cause), offline["confirmed"]
 
 
-def test_a_run_queue_list_that_is_not_one_wait_per_rank_is_refused_with_its_line(tmp_path):
+def test_a_recovered_finding_keeps_the_cause_it_was_confirmed_with():
+    run = reports(True, until=13)
+    states = [(f.state, f.cause) for r in run for f in r.verdict.findings if f.rank == SLOW and f.stage == "forward"]
+    assert ("straggler", "host_contention") in states
+    recovered = [cause for state, cause in states if state == "recovered"]
+    assert recovered and set(recovered) == {"host_contention"}, states
+
+
+def test_a_malformed_run_queue_list_is_a_problem_of_its_line_that_keeps_the_steps_times(tmp_path):
     good = {"step": 1, "stages": ["forward"], "device_ms": [[1.0], [2.0]], "run_queue_ms": [0.5, None]}
     bad = [dict(good, step=2, run_queue_ms=[0.5]), dict(good, step=3, run_queue_ms=[-1.0, 0.0]),
-           dict(good, step=4, run_queue_ms="0.5")]
+           dict(good, step=4, run_queue_ms="0.5"), dict(good, step=5, run_queue_ms=[0.0, 1e300])]
     path = tmp_path / "straggler.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [good, *bad]) + "\n")
     problems = Problems(str(path))
     steps = list(StragglerJsonlReader(str(path), problems).steps())
-    assert [s.step for s in steps] == [1]
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5]  # nothing skipped: the times stand
     assert steps[0].run_queue_ms[0] == 0.5 and np.isnan(steps[0].run_queue_ms[1])
-    assert problems.counts["malformed"] == 3
-    assert [p.line for p in problems.kept] == [2, 3, 4]
+    assert all(s.run_queue_ms is None for s in steps[1:])
+    assert problems.counts["malformed"] == 4 and problems.skipped == 0
+    assert [p.line for p in problems.kept] == [2, 3, 4, 5]
     assert all("'run_queue_ms'" in p.message for p in problems.kept)
+    assert "run_queue_ms[0]: -1.0" in problems.kept[1].message and "run_queue_ms[1]: 1e+300" in problems.kept[3].message
