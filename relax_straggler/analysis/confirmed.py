@@ -21,7 +21,8 @@ class ConfirmedStraggler:
     """A (rank, stage) the verdict confirmed: since_step: its first confirmation; steps: steps
     that named it; ratio: the finding's ratio (relax_straggler.judge.confirm.Finding.ratio, one
     definition in docs/METRICS.md) in the last step that named it; cause: the inferred cause
-    most often given."""
+    most often given; last_step: the last step that named it; to_end: whether the input's
+    last step still named it (else the verdict released it after last_step)."""
 
     rank: int
     stage: str
@@ -29,6 +30,8 @@ class ConfirmedStraggler:
     steps: int
     ratio: float
     cause: str
+    last_step: int
+    to_end: bool
 
 
 @dataclass(frozen=True)
@@ -70,12 +73,13 @@ class ConfirmedTally:
         self._final: Optional[str] = None
         self._found: dict[tuple[int, str], dict] = {}
         self._imbalance: dict[str, dict] = {}  # stage -> group, since, steps, ratio
+        self._last_step: Optional[int] = None
 
     def add(self, step: int, ranks: np.ndarray, ms: np.ndarray, groups: np.ndarray,
             run_queue_ms: Optional[np.ndarray] = None) -> None:
         result = self._verdict.update(step, ms, STAGES, groups=groups.tolist(), run_queue_ms=run_queue_ms)
         self._statuses[result.status] += 1
-        self._final = result.status
+        self._final, self._last_step = result.status, step
         for f in result.findings:
             if f.state == "imbalance":
                 entry = self._imbalance.setdefault(f.stage, {"since": f.since_step, "steps": 0})
@@ -85,12 +89,13 @@ class ConfirmedTally:
                 continue
             entry = self._found.setdefault((int(ranks[f.rank]), f.stage), {
                 "since": f.since_step, "ratio": f.ratio, "causes": collections.Counter()})
-            entry["ratio"] = f.ratio
+            entry["ratio"], entry["last_step"] = f.ratio, step
             entry["causes"][f.cause] += 1
 
     def summary(self) -> ConfirmedSummary:
         found = [ConfirmedStraggler(rank, stage, e["since"], sum(e["causes"].values()), float(e["ratio"]),
-                                    e["causes"].most_common(1)[0][0]) for (rank, stage), e in self._found.items()]
+                                    e["causes"].most_common(1)[0][0], e["last_step"], e["last_step"] == self._last_step)
+                 for (rank, stage), e in self._found.items()]
         found.sort(key=lambda c: (-c.steps, c.since_step, c.rank))
         imbalance = sorted((ConfirmedImbalance(e["group"], stage, e["since"], e["steps"], float(e["ratio"]))
                             for stage, e in self._imbalance.items()), key=lambda i: (-i.steps, i.since_step, i.stage))

@@ -52,7 +52,7 @@ class _WorkerMap:
 
     def __init__(self, ranks: np.ndarray, topology: Topology) -> None:
         dp, pp, _ = topology.coords(ranks)
-        self.pp_of_row = pp
+        self.pp_of_row, self.dp_of_row = pp, dp
         worker = pp * topology.dp + dp
         self.workers = topology.dp * topology.pp
         self.order = np.argsort(worker, kind="stable")
@@ -165,14 +165,22 @@ class _Run:
         self.steps += 1
         if np.isfinite(step.step_ms):
             self.step_ms.append(step.step_ms)
-        self._fold_rank_stats(step, ms, wm, self.attributor.peer_refs(sa))
+        # Each row's reference: its stage's median over the data-parallel replicas, or with two
+        # replicas the other one (the median of two would halve a slowdown), as the attribution.
+        if topo.dp == 2:
+            ref = compute[wm.pp_of_row * 2 + 1 - wm.dp_of_row]
+        else:
+            ref = self.attributor.peer_refs(sa)[wm.pp_of_row]
+        self._fold_rank_stats(step, ms, ref)
         self.confirmed.add(step.step, step.ranks, ms, wm.pp_of_row, step.run_queue_ms)
         if self.history is not None:
             self.history.add(step.ranks, ms)
 
-    def _fold_rank_stats(self, step: StepTimes, ms: np.ndarray, wm: _WorkerMap, refs: np.ndarray) -> None:
+    def _fold_rank_stats(self, step: StepTimes, ms: np.ndarray, ref: np.ndarray) -> None:
+        """Folds one step into the per-rank sums; ref: (rows, compute stages) each row's peer
+        reference."""
         s, r = self.stats, step.ranks
-        compute, ref = ms[:, _COMPUTE], refs[wm.pp_of_row]
+        compute = ms[:, _COMPUTE]
         with np.errstate(invalid="ignore", divide="ignore"):
             slowdown = compute / ref
             paired = np.isfinite(compute) & np.isfinite(ref)

@@ -41,8 +41,9 @@ def headline(base: dict, confirmed: Optional[dict], whatif: Optional[dict], min_
     if confirmed is not None:
         for c in confirmed.get("stragglers", [])[:1]:
             more = len(confirmed["stragglers"]) - 1
+            released = "" if c.get("to_end", True) else f", released after step {c['last_step']}"
             parts.append(f"confirmed straggler rank {c['rank']} in {c['stage']} from step {c['since_step']} "
-                         f"({c['ratio']:.2f}x its group, named in {c['steps']} steps)"
+                         f"({c['ratio']:.2f}x its group, named in {c['steps']} steps{released})"
                          + (f", {more} more (rank, stage) pair(s)" if more else ""))
             named["stragglers"] = True
         for i in confirmed.get("imbalance", [])[:1]:

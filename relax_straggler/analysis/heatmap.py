@@ -2,7 +2,8 @@
 
 Rows are ranks (ordered by pipeline stage, data-parallel rank, tensor-parallel rank),
 columns windows of steps, time running left to right; a cell is the rank's compute time
-over the median of its data-parallel replicas in the same pipeline stage, the step value
+over the median of its data-parallel replicas in the same pipeline stage (with two, the other
+one), the step value
 `per_rank.compute_slowdown` averages (analysis/rank_timeline.py), averaged over the
 window. One meaning, one fixed scale (common/slowdown_image.py): white as fast as its replicas,
 dark red slow. A straggler that starts mid-run is a red band from its first window on; a
@@ -36,7 +37,7 @@ def timeline_figure(grid: TimelineGrid, source: str):
     fig.suptitle(wrapped(fig, f"{source}: compute slowdown per rank over {grid.steps} steps", _TITLE_PT),
                  fontsize=_TITLE_PT)
     ax.set_title(wrapped(fig, f"the rank's compute time / the median of its data-parallel replicas "
-                              f"(same pipeline stage); {window}{binned}; white <= 1.0, grey: not recorded",
+                              f"(same pipeline stage; with two, the other one); {window}{binned}; white <= 1.0, grey: not recorded",
                          _NOTE_PT), fontsize=_NOTE_PT)
     steps = [str(int(first)) for first, _ in grid.window_steps]
     set_ticks(ax.xaxis, steps, 16, rotation=0, fontsize=8)

@@ -2,8 +2,8 @@
 
 The value of a rank in one step is the one `per_rank.compute_slowdown` averages over the
 steps (analysis/engine.py): its compute ms over the sum of its pipeline stage's peer
-references (the median of its data-parallel replicas), time-weighted over the compute
-stages; 1.0 is typical, 2.0 twice as slow as its replicas.
+references (the median of its data-parallel replicas; with two, the other one),
+time-weighted over the compute stages; 1.0 is typical, 2.0 twice as slow as its replicas.
 
 The grid is bounded whatever the run's length and size, so that the picture is:
 

@@ -111,5 +111,6 @@ def _confirmed_line(confirmed: dict, steps: int) -> str:
         return f"no straggler confirmed in {steps} steps (final state: {confirmed['final_status']}){imbalance}"
     top = found[0]
     more = f"; {len(found) - 1} more (rank, stage) pairs in the JSON" if len(found) > 1 else ""
+    released = "" if top["to_end"] else f", released after step {top['last_step']}"
     return (f"straggler rank {top['rank']} in {top['stage']} from step {top['since_step']} (named in {top['steps']} "
-            f"steps, {top['ratio']:.2f}x its group; cause: {top['cause']}){more}")
+            f"steps, {top['ratio']:.2f}x its group; cause: {top['cause']}){released}{more}")

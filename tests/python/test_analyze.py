@@ -237,3 +237,38 @@ def test_a_wide_job_costs_numbers_per_rank_not_kilobytes_of_objects(tmp_path, mo
         tracemalloc.stop()
         out.close()
     assert peak / ranks < 1800, f"{peak / ranks:.0f} bytes a rank"
+
+
+def test_with_two_data_parallel_replicas_a_ranks_slowdown_is_over_the_other_one(tmp_path, capsys):
+    # The median of two is their mean, which would halve a slowdown: rank 1, twice its peer's
+    # time, reads 2.0 in the Slowest ranks as in its anomaly's evidence (not 1.33).
+    path = tmp_path / "straggler.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "stages": ["forward", "backward"],
+                                        "device_ms": [[10.0, 20.0], [20.0, 40.0]]}) + "\n" for s in range(20)))
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    slowdown = {r["rank"]: r["compute_slowdown"] for r in out["per_rank"]}
+    assert slowdown == {0: pytest.approx(0.5), 1: pytest.approx(2.0)}
+    (anomaly,) = out["anomalies"]
+    assert anomaly["ranks"] == [1] and anomaly["mean_ratio"] == pytest.approx(slowdown[1])
+    assert all("its data-parallel peer" in line for line in anomaly["evidence"] if "x its" in line)
+
+
+def test_a_confirmed_straggler_the_verdict_released_says_when(tmp_path, capsys):
+    # 4 ranks with 1 % jitter; rank 1's forward 2x for steps 5-14 only.
+    rng = np.random.default_rng(5)
+    lines = []
+    for step in range(40):
+        ms = np.stack([40.0 * np.exp(rng.normal(0, 0.01, 4)), 80.0 * np.exp(rng.normal(0, 0.01, 4))], axis=1)
+        ms[1, 0] *= 2.0 if 5 <= step < 15 else 1.0
+        lines.append(json.dumps({"step": step, "stages": ["forward", "backward"], "device_ms": ms.tolist()}))
+    path = tmp_path / "straggler.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (found,) = out["confirmed"]["stragglers"]
+    assert (found["rank"], found["stage"], found["to_end"]) == (1, "forward", False)
+    assert 14 <= found["last_step"] <= 16 and out["confirmed"]["final_status"] != "straggler"
+    assert f"released after step {found['last_step']}" in out["verdict"]["summary"]
+    assert main(["analyze", str(path), "--no-progress"]) == 0
+    assert f"released after step {found['last_step']}" in capsys.readouterr().out
