@@ -46,7 +46,7 @@ def parse_jitter(specs: list[str]) -> list[tuple[str, float]]:
         if stage not in STAGES:
             raise ValueError(f"--inject-jitter {spec!r}: STAGE must be forward, backward, optimizer or data")
         if not (math.isfinite(ms) and ms > 0):
-            raise ValueError(f"--inject-jitter {spec!r}: MS must be > 0")
+            raise ValueError(f"--inject-jitter {spec!r}: MS must be a finite number > 0")
         out.append((stage, ms))
     return out
 

@@ -80,6 +80,7 @@ class RunSummary(Sink):
         self._bottlenecks: collections.Counter[str] = collections.Counter()
         self.statuses: collections.Counter[str] = collections.Counter()  # confirmed-verdict status per report
         self._confirmed: dict[tuple[int, str], dict] = {}  # (rank, stage) -> first step, report index, ratio, causes
+        self._rank_reports: dict[int, list[int]] = {}  # rank -> [its first confirmed report's index, reports naming it]
 
     def write(self, report: Report) -> None:
         ref = {s: report.metrics[stage_prefix(s) + "ref_ms"] for s in report.stages}
@@ -106,6 +107,8 @@ class RunSummary(Sink):
 
     def _fold_verdict(self, report: Report) -> None:
         self.statuses[report.verdict.status] += 1
+        for rank in {f.rank for f in report.verdict.findings if f.state == "straggler" and f.rank >= 0}:
+            self._rank_reports.setdefault(rank, [self.reports, 0])[1] += 1
         for f in report.verdict.findings:
             if f.state != "straggler" or f.rank < 0:
                 continue
@@ -130,8 +133,10 @@ class RunSummary(Sink):
 
     def headline(self) -> str:
         """The run's one-line verdict: the rank confirmed in the most reports, from its first
-        confirmation, in the stage where it costs most (largest excess), its other stages, and
-        when the verdict released it if the run's last report named it in none."""
+        confirmation (the reports naming it in any stage, of those since), in the stage where
+        it costs most (largest excess; until when, if released while another stage stayed),
+        its other stages, and when the verdict released it if the run's last report named it
+        in none."""
         confirmed = self.confirmed()
         if not confirmed:
             return f"no straggler confirmed in {self.reports} reports"
@@ -139,12 +144,16 @@ class RunSummary(Sink):
         mine = [c for c in confirmed if c.rank == rank]
         worst = max(mine, key=lambda c: c.median_excess_ms)
         first = min(mine, key=lambda c: c.first_step)
-        named = max(c.reports for c in mine)
+        with self._lock:
+            since, named = self._rank_reports[rank]
+            reports_after = self.reports - since + 1
         others = [c.stage for c in mine if c is not worst]
         also = f"; also in {', '.join(others)}" if others else ""
-        released = "" if any(c.to_end for c in mine) else f"; released after step {max(c.last_step for c in mine)}"
+        ongoing = any(c.to_end for c in mine)
+        until = f" until step {worst.last_step}" if ongoing and not worst.to_end else ""
+        released = "" if ongoing else f"; released after step {max(c.last_step for c in mine)}"
         return (f"straggler rank {rank} confirmed from step {first.first_step} (named in {named} of "
-                f"{first.reports_after} reports since), costing most in {worst.stage}: {worst.ratio:.2f}x its "
+                f"{reports_after} reports since), costing most in {worst.stage}{until}: {worst.ratio:.2f}x its "
                 f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}{released}")
 
     def flags(self) -> list[Flag]:

@@ -4,6 +4,7 @@ store sink's rows carry it."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -87,6 +88,20 @@ def test_the_summary_headline_names_the_confirmed_straggler():
     (c,) = summary.confirmed()
     assert c.to_end and summary.headline().endswith("; cause: compute") and str(c).endswith("cause: compute)")
     assert summary.statuses == {"healthy": 2, "suspected": 1, "straggler": 4}
+
+
+def test_the_headline_counts_the_reports_naming_the_rank_in_any_stage_and_says_until_when_a_stage_was():
+    # Rank 1 in backward (the costlier) from step 20 to 40, in forward from 30 to the end.
+    back = dataclasses.replace(finding("straggler", since=20), stage="backward",
+                               facts=dataclasses.replace(finding("straggler").facts, excess_ms=5.0))
+    summary = RunSummary()
+    summary.write(report(10))
+    for step in range(20, 110, 10):
+        summary.write(report(step, *([back] if step <= 40 else []),
+                             *([finding("straggler", since=30)] if step >= 30 else [])))
+    assert summary.headline() == ("straggler rank 1 confirmed from step 20 (named in 9 of 9 reports since), costing "
+                                  "most in backward until step 40: 1.30x its group, +5.0 ms; also in forward; "
+                                  "cause: compute")
 
 
 def test_the_jsonl_line_carries_the_verdict(tmp_path):
