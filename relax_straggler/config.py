@@ -65,10 +65,11 @@ class StragglerConfig:
     control_every: int = flag_field(50, "Steps between the metrics rank's decisions to every rank (sample or "
                                         "hold, the control file's command, stop), each applied at least 16 steps "
                                         "after it was sent.")
-    side_node_size: int = flag_field(
-        0, "Hierarchical side channel: ranks gather to a leader per node of this many consecutive ranks, leaders "
-           "to the metrics rank through a tree (-1: the launcher's LOCAL_WORLD_SIZE; 0: one flat group, the "
-           "default).")
+    side_node_size: Optional[int] = flag_field(
+        None, "Hierarchical side channel: ranks gather to a leader per node of this many consecutive ranks, "
+              "leaders to the metrics rank through a tree (-1: the launcher's LOCAL_WORLD_SIZE; 0: one flat "
+              "group; default: one flat group up to 256 analyzed ranks, above that the tree, nodes of "
+              "LOCAL_WORLD_SIZE (8 where the launcher gives none), with lazy connections).")
     side_fanout: int = flag_field(8, "Hierarchical side channel: leaders per group at each level above the nodes.")
     side_lazy_init: bool = flag_field(
         False, "Create the side channel's Gloo groups with lazy connections (TORCH_GLOO_LAZY_INIT): a rank "
@@ -130,7 +131,8 @@ class StragglerConfig:
                 parse_writer_url(self.store_url)
             except ValueError as exc:
                 raise bad("store", f"is not a store URL ({exc})", self.store_url) from None
-        require_int(self.side_node_size, "--straggler-side-node-size", -1)
+        if self.side_node_size is not None:
+            require_int(self.side_node_size, "--straggler-side-node-size", -1)
         require_int(self.side_fanout, "--straggler-side-fanout", 2)
         require_int(self.queue_size, "--straggler-queue-size", 1)
         require_int(self.max_events, "--straggler-max-events", 2)

@@ -1,5 +1,6 @@
 """The hierarchical side channel: its plan (which rank gathers to which, the rows each root
-holds, the connections a rank needs at 100k ranks), and on 4 and 8 Gloo ranks in nodes of 2
+holds, the connections a rank needs at 100k ranks), when the default picks it (above 256
+analyzed ranks), and on 4 and 8 Gloo ranks in nodes of 2
 (on 8, two levels of leaders above the nodes) the same reports as the flat channel, bit for
 bit, from the same rows."""
 
@@ -12,7 +13,7 @@ import pytest
 
 from conftest import REPO, torchrun
 from relax_straggler.config import StragglerConfig
-from relax_straggler.live.side_channel import node_size
+from relax_straggler.live.side_channel import FLAT_MAX_RANKS, lazy, node_size
 from relax_straggler.live.side_tree import plan
 from workers.step_times import assert_not_blocked
 
@@ -67,9 +68,24 @@ def test_bad_plans_and_node_sizes_are_refused_naming_the_flag(monkeypatch):
         StragglerConfig(side_node_size=-2)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
-        node_size(StragglerConfig(side_node_size=-1))
+        node_size(StragglerConfig(side_node_size=-1), 4)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    assert node_size(StragglerConfig(side_node_size=-1)) == 8 and node_size(StragglerConfig()) == 0
+    assert node_size(StragglerConfig(side_node_size=-1), 4) == 8 and node_size(StragglerConfig(side_node_size=0), 4096) == 0
+
+
+def test_the_default_is_flat_up_to_256_ranks_and_a_lazy_tree_of_the_launchers_nodes_above(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    default = StragglerConfig()
+    assert [node_size(default, n) for n in (1, 8, FLAT_MAX_RANKS, FLAT_MAX_RANKS + 1, 100_000)] == [0, 0, 0, 4, 4]
+    assert [lazy(default, n) for n in (8, FLAT_MAX_RANKS, FLAT_MAX_RANKS + 1)] == [False, False, True]
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert node_size(default, 16_384) == 8  # no launcher's word: nodes of 8
+    # A size given is kept at any scale, and lazy connections only where asked.
+    flat = StragglerConfig(side_node_size=0)
+    assert node_size(flat, 16_384) == 0 and not lazy(flat, 16_384)
+    assert node_size(StragglerConfig(side_node_size=2), 4) == 2 and lazy(StragglerConfig(side_lazy_init=True), 4)
+    # At 100k ranks the default's nodes of 8 and fanout 8 keep a rank under 64 connections
+    # (test_at_100k_ranks_in_nodes_of_8_each_rank_needs_at_most_64_connections).
 
 
 STEPS = 40
