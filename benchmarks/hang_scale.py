@@ -10,7 +10,14 @@ Megatron job has them: the world, its data-parallel group (every 8th rank) and i
 parallel group (8 consecutive ranks); rank 5 never entered its data-parallel group's newest
 all-reduce, which the answer must name.
 
+With --writers P the N snapshots are written at once by P processes, each with its own
+store client writing its share in turn, as the ranks of a stopped job do: the time until
+all N are in, each write's latency, and the part of it spent in the store's two calls (set
+and add; the rest is the writer's own encoding, O(its groups' sizes), which at scale every
+rank does on its own host at once), the store's server taking every client at once.
+
     .venv/bin/python benchmarks/hang_scale.py --ranks 1000 4000 16000 [--diagnose-ranks 100000]
+    .venv/bin/python benchmarks/hang_scale.py --ranks 4000 16000 --writers 64 --diagnose-ranks
 
 docs/SCALE.md has the figures and the command.
 """
@@ -20,7 +27,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import multiprocessing
 import os
+import statistics
 import time
 from typing import Any, Optional
 
@@ -70,6 +79,72 @@ def store_run(n: int) -> dict[str, Any]:
             "diagnose_s": round(diagnose_s, 3), "answer_chars": len(answer.text())}
 
 
+class _TimedStore:
+    """A store client that adds up the time its set and add calls take."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.spent_s = store, 0.0
+
+    def set(self, key: str, value: str) -> None:
+        t0 = time.perf_counter()
+        self.store.set(key, value)
+        self.spent_s += time.perf_counter() - t0
+
+    def add(self, key: str, amount: int) -> int:
+        t0 = time.perf_counter()
+        value = self.store.add(key, amount)
+        self.spent_s += time.perf_counter() - t0
+        return value
+
+
+def _writer(port: int, prefix: str, ranks: range, n: int, wall: float, barrier, out) -> None:
+    """One process of concurrent_run: its own client, its share of the snapshots in turn;
+    puts (each write's latency, its time in the store's calls) and its end time."""
+    client = _TimedStore(dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=120)))
+    channel = StoreChannel(lambda: client, prefix)
+    snaps = [(r, snapshot(r, n, wall)) for r in ranks]
+    barrier.wait()
+    latencies = []
+    for r, snap in snaps:
+        t0, before = time.perf_counter(), client.spent_s
+        channel.put_snapshot(r, snap)
+        latencies.append((time.perf_counter() - t0, client.spent_s - before))
+    out.put((latencies, time.time()))
+
+
+def concurrent_run(n: int, writers: int) -> dict[str, Any]:
+    """n snapshots written at once by `writers` processes (module docstring), then read and
+    compared as in store_run."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=120))
+    prefix, wall = f"bench/{n}/{writers}/", time.time()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(writers + 1), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(server.port, prefix, range(w, n, writers), n, wall, barrier, out))
+             for w in range(writers)]
+    for proc in procs:
+        proc.start()
+    barrier.wait()
+    start = time.time()
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    latencies = sorted(total for lat, _ in results for total, _ in lat)
+    in_store = sorted(store for lat, _ in results for _, store in lat)
+    all_in_s = max(end for _, end in results) - start
+    channel = StoreChannel(lambda: server, prefix)
+    t0 = time.perf_counter()
+    snaps = channel.snapshots(list(range(n)))
+    read_s = time.perf_counter() - t0
+    answer = diagnose(snaps, range(n), now=wall + 1)
+    assert answer.findings and answer.findings[0].rank == SLOW, answer.text()
+    return {"ranks": n, "writers": writers, "all_in_s": round(all_in_s, 3),
+            "write_ms_median": round(statistics.median(latencies) * 1e3, 2),
+            "write_ms_p99": round(latencies[int(0.99 * (len(latencies) - 1))] * 1e3, 2),
+            "write_ms_max": round(latencies[-1] * 1e3, 2), "store_ms_median": round(statistics.median(in_store) * 1e3, 2),
+            "store_ms_p99": round(in_store[int(0.99 * (len(in_store) - 1))] * 1e3, 2), "read_all_s": round(read_s, 3)}
+
+
 def diagnose_run(n: int) -> dict[str, Any]:
     """The comparison alone on n in-memory snapshots, their groups' ranks shared as the
     channel's read shares them."""
@@ -95,10 +170,12 @@ def main(argv: Optional[list[str]] = None) -> None:
                    help="jobs measured through the store (multiples of 8)")
     p.add_argument("--diagnose-ranks", type=int, nargs="*", default=[100_000],
                    help="jobs whose comparison alone is measured (multiples of 8)")
+    p.add_argument("--writers", type=int, default=0,
+                   help="processes writing the snapshots at once (0: one client writes them in turn)")
     args = p.parse_args(argv)
     print(f"# load average at start: {os.getloadavg()}", flush=True)
     for n in args.ranks:
-        print(json.dumps(store_run(n)), flush=True)
+        print(json.dumps(concurrent_run(n, args.writers) if args.writers > 0 else store_run(n)), flush=True)
     for n in args.diagnose_ranks:
         print(json.dumps(diagnose_run(n)), flush=True)
     print(f"# load average at end: {os.getloadavg()}", flush=True)
