@@ -141,7 +141,8 @@ def concurrent_run(n: int, writers: int) -> dict[str, Any]:
     return {"ranks": n, "writers": writers, "all_in_s": round(all_in_s, 3),
             "write_ms_median": round(statistics.median(latencies) * 1e3, 2),
             "write_ms_p99": round(latencies[int(0.99 * (len(latencies) - 1))] * 1e3, 2),
-            "write_ms_max": round(latencies[-1] * 1e3, 2), "store_ms_median": round(statistics.median(in_store) * 1e3, 2),
+            "write_ms_max": round(latencies[-1] * 1e3, 2),
+            "store_ms_median": round(statistics.median(in_store) * 1e3, 2),
             "store_ms_p99": round(in_store[int(0.99 * (len(in_store) - 1))] * 1e3, 2), "read_all_s": round(read_s, 3)}
 
 

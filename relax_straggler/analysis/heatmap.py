@@ -37,7 +37,8 @@ def timeline_figure(grid: TimelineGrid, source: str):
     fig.suptitle(wrapped(fig, f"{source}: compute slowdown per rank over {grid.steps} steps", _TITLE_PT),
                  fontsize=_TITLE_PT)
     ax.set_title(wrapped(fig, f"the rank's compute time / the median of its data-parallel replicas "
-                              f"(same pipeline stage; with two, the other one); {window}{binned}; white <= 1.0, grey: not recorded",
+                              f"(same pipeline stage; with two, the other one); {window}{binned}; "
+                              "white <= 1.0, grey: not recorded",
                          _NOTE_PT), fontsize=_NOTE_PT)
     steps = [str(int(first)) for first, _ in grid.window_steps]
     set_ticks(ax.xaxis, steps, 16, rotation=0, fontsize=8)
@@ -45,7 +46,7 @@ def timeline_figure(grid: TimelineGrid, source: str):
     set_ticks(ax.yaxis, grid.row_labels, 32, keep=hottest_row(grid.values), fontsize=7)
     ax.set_ylabel("rank (ordered pp, dp, tp)" if grid.ranks_per_row == 1 else
                   f"ranks, {grid.ranks_per_row} per row (ordered pp, dp, tp)")
-    draw_slowdown(fig, ax, grid.values, "compute slowdown (x replicas' median)")
+    draw_slowdown(fig, ax, grid.values, "compute slowdown (x the replicas' reference)")
     return fig
 
 

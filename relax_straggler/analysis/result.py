@@ -133,8 +133,8 @@ class LateArrivalCount:
 @dataclass(frozen=True)
 class RankScore:
     """score = 1 / compute_slowdown (0..1, lower is slower); compute_slowdown: the rank's
-    compute ms over its replicas' median, time-weighted over the compute stages; slowdown and
-    mean_ms per stage (finite values only)."""
+    compute ms over its replicas' median (with two, the other one), time-weighted over the
+    compute stages; slowdown and mean_ms per stage (finite values only)."""
 
     rank: int
     dp_rank: int

@@ -10,8 +10,8 @@ output and the input of the terminal report.
      "pipeline":    jumps, baseline outliers, slow steps of the PP = 2 fallback,
      "late_arrivals": collective late arrivals per worker (docs/ARCHITECTURE.md invariant 7),
      "per_rank":    rank, dp, pp, tp, node, score (0..1, lower is slower) = 1 / compute_slowdown (its
-                    compute ms over its replicas' median, time-weighted over the compute stages),
-                    slowdown and mean ms per stage,
+                    compute ms over its replicas' median, with two the other one, time-weighted
+                    over the compute stages), slowdown and mean ms per stage,
      "ensemble":    the six-clusterer window detector's votes (--ensemble-steps), or null,
      "confirmed":   the live analyzer's confirmed verdict over the steps: statuses (steps per
                     state), final_status, stragglers [{rank, stage, since_step, steps,

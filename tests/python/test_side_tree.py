@@ -70,7 +70,8 @@ def test_bad_plans_and_node_sizes_are_refused_naming_the_flag(monkeypatch):
     with pytest.raises(ValueError, match="LOCAL_WORLD_SIZE"):
         node_size(StragglerConfig(side_node_size=-1), 4)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    assert node_size(StragglerConfig(side_node_size=-1), 4) == 8 and node_size(StragglerConfig(side_node_size=0), 4096) == 0
+    assert node_size(StragglerConfig(side_node_size=-1), 4) == 8
+    assert node_size(StragglerConfig(side_node_size=0), 4096) == 0
 
 
 def test_the_default_is_flat_up_to_256_ranks_and_a_lazy_tree_of_the_launchers_nodes_above(monkeypatch):
