@@ -52,7 +52,8 @@ class ConfirmedImbalance:
 @dataclass(frozen=True)
 class ConfirmedSummary:
     """statuses: steps per state; final_status: the state after the last step;
-    stragglers, imbalance: most steps first."""
+    stragglers: those the last step still names first, then most steps; imbalance: most
+    steps first."""
 
     statuses: dict[str, int]
     final_status: Optional[str]
@@ -96,7 +97,7 @@ class ConfirmedTally:
         found = [ConfirmedStraggler(rank, stage, e["since"], sum(e["causes"].values()), float(e["ratio"]),
                                     e["causes"].most_common(1)[0][0], e["last_step"], e["last_step"] == self._last_step)
                  for (rank, stage), e in self._found.items()]
-        found.sort(key=lambda c: (-c.steps, c.since_step, c.rank))
+        found.sort(key=lambda c: (not c.to_end, -c.steps, c.since_step, c.rank))  # still named at the end first
         imbalance = sorted((ConfirmedImbalance(e["group"], stage, e["since"], e["steps"], float(e["ratio"]))
                             for stage, e in self._imbalance.items()), key=lambda i: (-i.steps, i.since_step, i.stage))
         return ConfirmedSummary(dict(self._statuses), self._final, tuple(found), tuple(imbalance))

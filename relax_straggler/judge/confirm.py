@@ -340,7 +340,7 @@ class ConfirmedVerdict:
         """Judges one report. kernel: the report's kernel records in the cells of `ms` (ms,
         NaN = not measured; with a workload, per token as ms is) or None. run_queue_ms: (ranks,)
         each rank's training thread's wait for a CPU in the step, ms (NaN = not measured), or
-        None. gc: each rank's garbage-collection pauses over the steps since its previous row
+        None (after reports with waits: not measured in this one). gc: each rank's garbage-collection pauses over the steps since its previous row
         (relax_straggler.common.payload.GcPauseRows, NaN = not measured), or None. stacks: rank -> its
         sampled stack, for the ranks whose sample arrived with this report; kept, and carried
         in the facts of its straggler findings, while the rank stays confirmed. Raises
@@ -371,6 +371,8 @@ class ConfirmedVerdict:
                                             list(window_result.link_suspects))
         r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
         findings = tuple(_with_untimed_cause(_finding(f)) for f in r.findings)
+        if run_queue_ms is None and self._run_queue and not r.reset:
+            run_queue_ms = np.full(ms.shape[0], np.nan)  # a report without waits keeps its place in their history
         if run_queue_ms is not None:
             findings = self._with_run_queue(step, findings, run_queue_ms, group_list, ms.shape[0], r.reset)
         if gc is not None:

@@ -25,7 +25,7 @@ DEFAULT_NODE_SIZE = 8
 def _local_world_size() -> int:
     """LOCAL_WORLD_SIZE as a positive integer, or 0 when the launcher set none (or no number)."""
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    return int(local) if local.isdigit() and int(local) >= 1 else 0
+    return int(local) if local.isascii() and local.isdigit() and int(local) >= 1 else 0
 
 
 def node_size(config: StragglerConfig, ranks: int) -> int:

@@ -13,6 +13,7 @@ line that leaves only the waits out.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from itertools import chain
@@ -53,9 +54,10 @@ class StragglerJsonlReader:
                 self.done_bytes += len(raw)
                 if not raw.strip():
                     continue
-                step = self._parse(number, raw)
-                if step is None:
+                parsed = self._parse(number, raw)
+                if parsed is None:
                     continue
+                step, waits = parsed
                 if seen and step.ranks.size != self._ranks:
                     self.problems.report(number, f"{step.ranks.size} ranks, but the first report had {self._ranks}; "
                                          "skipped", "layout")
@@ -65,11 +67,14 @@ class StragglerJsonlReader:
                     self.problems.report(number, f"step {step.step} repeats an earlier line; skipped", "duplicate")
                     continue
                 seen.add(step.step)
-                yield step
+                # The waits are read once the line is kept: a skipped line has one problem.
+                yield dataclasses.replace(step, run_queue_ms=self._waits(number, waits, step.ranks.size))
         if not seen:
             raise InputError(f"{self.path}: no usable report line" + (" (empty file)" if self.records == 0 else ""))
 
-    def _parse(self, line: int, raw: bytes) -> Optional[StepTimes]:
+    def _parse(self, line: int, raw: bytes) -> Optional[tuple[StepTimes, object]]:
+        """The line's step (its run-queue waits not read yet) and its raw "run_queue_ms", or
+        None for a line reported as a problem or a hang answer."""
         try:
             rec = json.loads(raw, parse_int=parse_json_int)
         except RecursionError:
@@ -118,8 +123,8 @@ class StragglerJsonlReader:
                                      f"({len(device)})", "malformed")
                 return None
             tok = np.array(tok, dtype=np.float64)
-        return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok,
-                         run_queue_ms=self._waits(line, rec.get("run_queue_ms"), len(device)))
+        return StepTimes(step=step, ranks=np.arange(len(device), dtype=np.int64), ms=ms, tokens=tok), \
+            rec.get("run_queue_ms")
 
     def _waits(self, line: int, waits: object, ranks: int) -> Optional[np.ndarray]:
         """The line's run-queue waits, (ranks,) ms with NaN for null, or None when it has none.

@@ -42,9 +42,10 @@ def show_by_default() -> None:
 
 def summary_lines(summary: RunSummary) -> list[str]:
     """The run's summary as the demo prints it: the headline (RunSummary.headline), then up
-    to three more confirmed (rank, stage) pairs."""
+    to three more confirmed (rank, stage) pairs than the one it is about."""
     lines = [f"summary: {summary.headline()}"]
-    lines += [f"         also {c}" for c in summary.confirmed()[1:1 + _SUMMARY_ALSO]]
+    lead = summary.lead()
+    lines += [f"         also {c}" for c in [c for c in summary.confirmed() if c != lead][:_SUMMARY_ALSO]]
     return lines
 
 

@@ -122,36 +122,43 @@ class RunSummary(Sink):
             entry["causes"][f.cause] += 1
 
     def confirmed(self) -> list[Confirmed]:
-        """Every (rank, stage) the confirmed verdict named a straggler: most reports first, then
-        the largest excess (what costs the job most)."""
+        """Every (rank, stage) the confirmed verdict named a straggler: those the run's last
+        report still names first, then most reports, then the largest excess (what costs the
+        job most)."""
         with self._lock:
             out = [Confirmed(rank, stage, e["first_step"], e["reports"], self.reports - e["first_report"] + 1,
                              float(e["ratio"]), float(np.median(e["excess"])),
                              e["causes"].most_common(1)[0][0], e["last_step"], e["last_report"] == self.reports)
                    for (rank, stage), e in self._confirmed.items()]
-        return sorted(out, key=lambda c: (-c.reports, -c.median_excess_ms, c.first_step))
+        return sorted(out, key=lambda c: (not c.to_end, -c.reports, -c.median_excess_ms, c.first_step))
 
-    def headline(self) -> str:
-        """The run's one-line verdict: the rank confirmed in the most reports, from its first
-        confirmation (the reports naming it in any stage, of those since), in the stage where
-        it costs most (largest excess; until when, if released while another stage stayed),
-        its other stages, and when the verdict released it if the run's last report named it
-        in none."""
+    def lead(self) -> Optional[Confirmed]:
+        """The (rank, stage) the headline is about: of the first rank of confirmed(), the stage
+        where it costs most (largest excess); None when nobody was confirmed."""
         confirmed = self.confirmed()
         if not confirmed:
+            return None
+        return max((c for c in confirmed if c.rank == confirmed[0].rank), key=lambda c: c.median_excess_ms)
+
+    def headline(self) -> str:
+        """The run's one-line verdict about lead()'s rank: from its first confirmation (the
+        reports naming it in any stage, of those since), the stage where it costs most (until
+        when, if released before the rank's last naming), its other stages, and when the verdict
+        released it if the run's last report named it in none."""
+        worst = self.lead()
+        if worst is None:
             return f"no straggler confirmed in {self.reports} reports"
-        rank = confirmed[0].rank
-        mine = [c for c in confirmed if c.rank == rank]
-        worst = max(mine, key=lambda c: c.median_excess_ms)
+        rank = worst.rank
+        mine = [c for c in self.confirmed() if c.rank == rank]
         first = min(mine, key=lambda c: c.first_step)
         with self._lock:
             since, named = self._rank_reports[rank]
             reports_after = self.reports - since + 1
-        others = [c.stage for c in mine if c is not worst]
+        others = [c.stage for c in mine if c != worst]
         also = f"; also in {', '.join(others)}" if others else ""
-        ongoing = any(c.to_end for c in mine)
-        until = f" until step {worst.last_step}" if ongoing and not worst.to_end else ""
-        released = "" if ongoing else f"; released after step {max(c.last_step for c in mine)}"
+        ongoing, last = any(c.to_end for c in mine), max(c.last_step for c in mine)
+        until = f" until step {worst.last_step}" if not worst.to_end and worst.last_step < last else ""
+        released = "" if ongoing else f"; released after step {last}"
         return (f"straggler rank {rank} confirmed from step {first.first_step} (named in {named} of "
                 f"{reports_after} reports since), costing most in {worst.stage}{until}: {worst.ratio:.2f}x its "
                 f"group, +{worst.median_excess_ms:.1f} ms{also}; cause: {worst.cause}{released}")

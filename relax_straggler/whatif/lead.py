@@ -5,7 +5,7 @@ and on a healthy job that worker changes from step to step while S itself moves 
 (scheduling, the host). So a worker is named only when the evidence repeats:
 
     spread     S's own noise from one report to the next: 1.4826 x the median of |S_i -
-               S_(i-1)| / sqrt(2) over the last `memory` reports, at least `min_spread`,
+               S_(i-1)| / sqrt(2) over the last `memory` such differences, at least `min_spread`,
                taken from the reports before this one. Differences of consecutive reports:
                a slow worker that lifts S for good moves it once, so it does not widen the
                spread, and every report counts, so no early estimate can stick
@@ -21,9 +21,10 @@ and on a healthy job that worker changes from step to step while S itself moves 
                (a worker the replay could not score) are left out
 
 A worker whose ops cost the step more than the job's own spread of S is named c reports
-after it starts; a report in which another worker's noise outgrew it names nobody, and the
-next one it leads names it again (on a crowded host the slowed worker of a PP 2 x DP 2 run
-led 18 of 22 reports, beyond the spread in fewer). The named worker's give-back (the share
+after it starts; a report in which another worker's noise outgrew it names nobody, and,
+where c < window (4 workers or more), the next one it leads names it again (on a crowded
+host the slowed worker of a PP 2 x DP 2 run led 18 of 22 reports, beyond the spread in
+fewer); with 2 or 3 workers (c = window) it is named again after window leads in a row. The named worker's give-back (the share
 of the lost time that fixing it returns) is published with it and only then.
 """
 
@@ -108,9 +109,9 @@ class WhatIfLead:
         ranked = sorted(finite.items(), key=lambda kv: (-kv[1], kv[0]))
         leader, top = ranked[0]
         lead = top - ranked[1][1] if len(ranked) > 1 else 0.0
-        typical, spread = self._typical(), self._spread()
+        typical, spread = self._typical(), max(self._spread(), self.config.min_spread)  # NaN stays NaN
         learned = len(self._recent) >= self.config.min_reports
-        beyond = learned and lead > max(spread, self.config.min_spread)
+        beyond = learned and lead > spread
         self._leads.append((leader, beyond))
         led = [b for w, b in self._leads if w == leader]
         enough = len(led) >= self.leads_needed(len(finite)) and sum(led) >= self.config.confirm

@@ -272,3 +272,22 @@ def test_a_confirmed_straggler_the_verdict_released_says_when(tmp_path, capsys):
     assert f"released after step {found['last_step']}" in out["verdict"]["summary"]
     assert main(["analyze", str(path), "--no-progress"]) == 0
     assert f"released after step {found['last_step']}" in capsys.readouterr().out
+
+
+def test_the_headline_names_the_straggler_still_confirmed_at_the_end_first(tmp_path, capsys):
+    # Rank 1's forward 2x for steps 5-30 (released), rank 2's from step 28 to the end.
+    rng = np.random.default_rng(6)
+    lines = []
+    for step in range(45):
+        ms = np.stack([40.0 * np.exp(rng.normal(0, 0.01, 4)), 80.0 * np.exp(rng.normal(0, 0.01, 4))], axis=1)
+        ms[1, 0] *= 2.0 if 5 <= step <= 30 else 1.0
+        ms[2, 0] *= 2.0 if step >= 28 else 1.0
+        lines.append(json.dumps({"step": step, "stages": ["forward", "backward"], "device_ms": ms.tolist()}))
+    path = tmp_path / "straggler.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["analyze", str(path), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    found = out["confirmed"]["stragglers"]
+    assert [(c["rank"], c["to_end"]) for c in found] == [(2, True), (1, False)]
+    assert out["confirmed"]["final_status"] == "straggler"
+    assert "confirmed straggler rank 2 in forward" in out["verdict"]["summary"]

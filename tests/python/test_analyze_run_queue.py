@@ -90,3 +90,36 @@ def test_a_malformed_run_queue_list_is_a_problem_of_its_line_that_keeps_the_step
     assert [p.line for p in problems.kept] == [2, 3, 4, 5]
     assert all("'run_queue_ms'" in p.message for p in problems.kept)
     assert "run_queue_ms[0]: -1.0" in problems.kept[1].message and "run_queue_ms[1]: 1e+300" in problems.kept[3].message
+
+
+def test_a_report_without_waits_keeps_the_later_ones_aligned_with_their_reports():
+    # Rank 1 waits 30 ms for a CPU in reports 0-5 while not slow, then is 1.6x slow in forward
+    # with no wait beyond its peers'; reports 6-9 carry no waits (a malformed list offline).
+    # Its cause is compute: the waits of reports 0-5 are not those of the reports agreeing.
+    rng = np.random.default_rng(4)
+    verdict = ConfirmedVerdict()
+    for step in range(20):
+        ms = np.empty((RANKS, 3))
+        ms[:, 0] = 40.0 * np.exp(rng.normal(0, 0.01, RANKS))
+        ms[:, 1] = 80.0 * np.exp(rng.normal(0, 0.01, RANKS))
+        waits = rng.uniform(0.2, 0.6, RANKS)
+        if step < ONSET:
+            waits[SLOW] += 30.0
+        else:
+            ms[SLOW, 0] *= 1.6
+        arrive = ms[:, 0] + ms[:, 1]
+        ms[:, 2] = 20.0 + arrive.max() - arrive
+        result = verdict.update(step, ms, STAGES, run_queue_ms=None if ONSET <= step < 10 else waits)
+        for f in result.findings:
+            if f.rank == SLOW and f.stage == "forward" and f.state == "straggler":
+                assert f.cause == "compute", (step, f.cause, f.facts.run_queue_excess_ms)
+    assert any(f.state == "straggler" for f in result.findings)
+
+
+def test_a_skipped_line_has_one_problem_whatever_its_waits(tmp_path):
+    line = {"step": 1, "stages": ["forward"], "device_ms": [[1.0], [2.0]], "run_queue_ms": [0.5, 0.1]}
+    path = tmp_path / "straggler.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(dict(line, run_queue_ms=[-1.0, 0.0])) + "\n")
+    problems = Problems(str(path))
+    assert [s.step for s in StragglerJsonlReader(str(path), problems).steps()] == [1]
+    assert dict(problems.counts) == {"duplicate": 1} and "repeats" in problems.kept[0].message

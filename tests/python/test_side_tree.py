@@ -81,6 +81,9 @@ def test_the_default_is_flat_up_to_256_ranks_and_a_lazy_tree_of_the_launchers_no
     assert [lazy(default, n) for n in (8, FLAT_MAX_RANKS, FLAT_MAX_RANKS + 1)] == [False, False, True]
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert node_size(default, 16_384) == 8  # no launcher's word: nodes of 8
+    for odd in ("\u00b2", "4.0", "0", "-4"):  # no count of ranks: as if none was given
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", odd)
+        assert node_size(default, 16_384) == 8, odd
     # A size given is kept at any scale, and lazy connections only where asked.
     flat = StragglerConfig(side_node_size=0)
     assert node_size(flat, 16_384) == 0 and not lazy(flat, 16_384)

@@ -16,6 +16,7 @@ from relax_straggler.judge.confirm import Facts, Finding, VerdictResult
 from relax_straggler.judge.report import Report
 from relax_straggler.readers.metrics_rows import StoreSource
 from relax_straggler.reporters import ConsoleSink, JsonlSink, RunSummary
+from relax_straggler.reporters.narrator import summary_lines
 from relax_straggler.reporters.store_sink import StoreSink
 from relax_straggler.stores import verdict_rows
 from relax_straggler.stores.base import Sample
@@ -102,6 +103,19 @@ def test_the_headline_counts_the_reports_naming_the_rank_in_any_stage_and_says_u
     assert summary.headline() == ("straggler rank 1 confirmed from step 20 (named in 9 of 9 reports since), costing "
                                   "most in backward until step 40: 1.30x its group, +5.0 ms; also in forward; "
                                   "cause: compute")
+
+
+def test_the_headline_is_about_the_straggler_still_named_at_the_end_and_the_lines_do_not_repeat_it():
+    # Rank 1 confirmed in forward for steps 20-50 (released), rank 2 from step 60 to the end.
+    summary = RunSummary()
+    for step in range(10, 100, 10):
+        summary.write(report(step, *([finding("straggler", rank=1, since=20)] if 20 <= step <= 50 else []),
+                             *([finding("straggler", rank=2, since=60)] if step >= 60 else [])))
+    assert summary.headline().startswith("straggler rank 2 confirmed from step 60 (named in 4 of 4 reports since)")
+    assert not summary.headline().endswith("released after step 50")
+    lines = summary_lines(summary)
+    assert lines[1:] == ["         also straggler rank 1 confirmed in forward from step 20 (named in 4 of 8 reports "
+                         "since, 1.30x its group; cause: compute), released after step 50"]
 
 
 def test_the_jsonl_line_carries_the_verdict(tmp_path):

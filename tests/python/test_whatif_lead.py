@@ -35,6 +35,9 @@ def test_the_spread_is_s_noise_from_report_to_report_and_the_typical_s_that_of_r
     assert r.typical == pytest.approx(np.median(x))
     assert r.spread == pytest.approx(1.4826 * np.median(np.abs(np.diff(x))) / math.sqrt(2))
     assert math.isnan(WhatIfLead().update(1.2, scores(A, 0.0)).spread)
+    w = WhatIfLead()  # S that never moves: the spread is its floor, as published
+    spreads = [w.update(1.1, scores(A, 0.0)).spread for _ in range(5)]
+    assert spreads[3:] == [0.01, 0.01]
 
 
 def test_a_slow_worker_lifting_s_for_good_does_not_widen_the_spread():
