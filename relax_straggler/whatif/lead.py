@@ -50,7 +50,7 @@ class LeadConfig:
     window: int = 5  # recent reports a lead is counted over
     confirm: int = 2  # of the leads in the window, those by more than the spread
     chance: float = 0.1  # the share of reports a rotating leader may reach the leads counted
-    min_spread: float = 0.01  # floor of the spread (S of a replay repeats to ~1e-4)
+    min_spread: float = 0.02  # floor of the spread: a lead under 2 % of the step is no cost (the impact rule)
 
     def __post_init__(self) -> None:
         for name in ("memory", "min_reports", "window", "confirm"):
