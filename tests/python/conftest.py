@@ -125,8 +125,25 @@ def run_demo(tmp_path):
 sys.path.insert(0, str(REPO / "tests" / "services"))
 from chdb_front import ServerProcess as ClickHouseServer  # noqa: E402
 def free_port() -> int:
+    """A port free now on 127.0.0.1, taken below the kernel's ephemeral range: a port the
+    kernel handed out (bind to 0) goes back to its pool and the next outgoing connection of a
+    test running beside this one (Gloo's, a store client's) may take it before the rendezvous
+    listens on it (EADDRINUSE)."""
+    import random
     import socket
 
+    try:
+        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        port = random.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
