@@ -135,21 +135,19 @@ class RunSummary(Sink):
     def lead(self) -> Optional[Confirmed]:
         """The (rank, stage) the headline is about: of the first rank of confirmed(), the stage
         where it costs most (largest excess); None when nobody was confirmed."""
-        confirmed = self.confirmed()
-        if not confirmed:
-            return None
-        return max((c for c in confirmed if c.rank == confirmed[0].rank), key=lambda c: c.median_excess_ms)
+        return _lead(self.confirmed())
 
     def headline(self) -> str:
         """The run's one-line verdict about lead()'s rank: from its first confirmation (the
         reports naming it in any stage, of those since), the stage where it costs most (until
         when, if released before the rank's last naming), its other stages, and when the verdict
         released it if the run's last report named it in none."""
-        worst = self.lead()
+        confirmed = self.confirmed()
+        worst = _lead(confirmed)
         if worst is None:
             return f"no straggler confirmed in {self.reports} reports"
         rank = worst.rank
-        mine = [c for c in self.confirmed() if c.rank == rank]
+        mine = [c for c in confirmed if c.rank == rank]
         first = min(mine, key=lambda c: c.first_step)
         with self._lock:
             since, named = self._rank_reports[rank]
@@ -181,3 +179,10 @@ class RunSummary(Sink):
 
     def __repr__(self) -> str:
         return "RunSummary()"
+
+
+def _lead(confirmed: list[Confirmed]) -> Optional[Confirmed]:
+    """RunSummary.lead() of an already built confirmed() list."""
+    if not confirmed:
+        return None
+    return max((c for c in confirmed if c.rank == confirmed[0].rank), key=lambda c: c.median_excess_ms)
