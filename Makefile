@@ -79,8 +79,8 @@ cpp-test: cpp-build
 # Two passes (tests/python/conftest.py): first, on two pytest workers, the tests that neither
 # run training processes nor measure CPU shares; then those, in two streams, each one test at a
 # time: the detections, and the rest. The streams run side by side where the host's other
-# processes leave about two cores free (tests/python/free_cores.py), one after the other
-# otherwise; each prints its output when it ends (both run, whether or not the first fails),
+# processes leave about four cores free (tests/python/free_cores.py), one after the other
+# otherwise (on 2 cores); each prints its output when it ends (both run, whether or not the first fails),
 # and they share no pytest cache. py-test runs them once the build is done. -rs lists the
 # skipped tests with their reasons.
 PASS2 := $(PY) -m pytest -rs -p no:cacheprovider tests/python -m
@@ -90,7 +90,7 @@ py-test: build
 	@echo "the tests that run training processes or measure CPU shares, in two streams (detections, the rest):"
 	@$(PY) tests/python/free_cores.py; case $$? in \
 	  0) echo "side by side; each prints when it ends"; $(MAKE) $(STREAMS) -j 2;; \
-	  1) echo "one after the other, the host being busy"; $(MAKE) $(STREAMS) -j 1;; \
+	  1) echo "one after the other (fewer than four cores free)"; $(MAKE) $(STREAMS) -j 1;; \
 	  *) echo "tests/python/free_cores.py failed"; exit 1;; esac
 
 py-test-detections:

@@ -53,7 +53,9 @@ per step, not a median of reports, which would miss them); a pause that landed o
 step itself is taken as it is (its pause beyond its group's, latest report): whichever
 explains more. The pooled pauses go to ``facts.gc_*``. A ``recovered`` finding keeps the cause
 it had in the last report that confirmed it: the cause is that of the slowdown it recovered
-from, not a reading of the healthy reports since. Not thread-safe: call update from one thread.
+from, not a reading of the healthy reports since. So does a ``straggler`` in a report that
+does not show its excess (still listed until the release, or held by accumulated evidence):
+a wait or a pause there explains no slowdown. Not thread-safe: call update from one thread.
 """
 
 from __future__ import annotations
@@ -412,18 +414,20 @@ class ConfirmedVerdict:
                      if f.state == "straggler" and f.rank in self._stacks else f for f in findings)
 
     def _with_confirmed_cause(self, findings: tuple[Finding, ...], reset: bool) -> tuple[Finding, ...]:
-        """The findings, each recovered one with the cause of its last confirmed report (the
-        module's docstring); a (rank, stage) no longer listed is forgotten."""
+        """The findings, each recovered one, and each straggler whose latest report does not
+        show its excess, with the cause of its last report that did (the module's
+        docstring); a (rank, stage) no longer listed is forgotten."""
         if reset:
             self._confirmed_causes.clear()
         listed = {}
         for f in findings:
             if f.rank >= 0 and f.state in ("straggler", "recovered"):
                 key = (f.rank, f.stage)
-                listed[key] = f.cause if f.state == "straggler" else self._confirmed_causes.get(key, f.cause)
+                kept = f.state == "recovered" or not _shows_excess(f)
+                listed[key] = self._confirmed_causes.get(key, f.cause) if kept else f.cause
         self._confirmed_causes = listed
-        return tuple(dataclasses.replace(f, cause=listed[(f.rank, f.stage)]) if f.state == "recovered" and
-                     f.rank >= 0 else f for f in findings)
+        return tuple(dataclasses.replace(f, cause=listed[(f.rank, f.stage)]) if f.rank >= 0 and
+                     (f.rank, f.stage) in listed else f for f in findings)
 
     def _with_run_queue(self, step: int, findings: tuple[Finding, ...], run_queue_ms: Sequence[float],
                         groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:
@@ -444,7 +448,7 @@ class ConfirmedVerdict:
             span = recent[-max(1, min(f.facts.reports_agreeing, len(recent))):, f.rank]
             excess = float(np.median(span)) if np.isfinite(span).all() else float("nan")
             facts = dataclasses.replace(f.facts, run_queue_ms=float(wait[f.rank]), run_queue_excess_ms=excess)
-            contended = (f.cause in _CONTENDABLE and excess > 0
+            contended = (f.cause in _CONTENDABLE and excess > 0 and _shows_excess(f)
                          and excess >= HOST_CONTENTION_SHARE * f.facts.excess_ms)
             out.append(dataclasses.replace(f, facts=facts, cause="host_contention" if contended else f.cause))
         return tuple(out)
@@ -478,9 +482,16 @@ class ConfirmedVerdict:
                                         gc_step_excess_ms=float(this_step[f.rank]), **mine)
             excess = float(np.fmax(facts.gc_excess_ms, facts.gc_step_excess_ms))  # NaN: neither measured
             over = f.cause in _CONTENDABLE or (f.cause == "host_contention" and excess > f.facts.run_queue_excess_ms)
-            paused = over and excess > 0 and excess >= GC_SHARE * f.facts.excess_ms
+            paused = over and excess > 0 and _shows_excess(f) and excess >= GC_SHARE * f.facts.excess_ms
             out.append(dataclasses.replace(f, facts=facts, cause="gc" if paused else f.cause))
         return tuple(out)
+
+
+def _shows_excess(f: Finding) -> bool:
+    """Whether the latest report shows the finding's slowdown (an excess on the slow side): a
+    cause is read from such a report only; in one without it (still listed until the release)
+    the cause stays the one its evidence gave, since half of no excess explains nothing."""
+    return f.facts.excess_ms > 0
 
 
 def gc_per_step(pooled: np.ndarray) -> np.ndarray:

@@ -58,9 +58,9 @@ ONE_AT_A_TIME = pytest.mark.one_at_a_time
 # The second pass runs these in two streams, each one test at a time: the tests whose claims
 # are what the analysis finds (which rank, how soon: the verdict's and the hang watchdog's) or
 # CPU shares (DETECTION), and the rest (faults, bit-for-bit runs, runtime control). The streams
-# run side by side where the host has about two cores free (free_cores.py), one after the
-# other otherwise: a detection runs beside at most one other test, or beside the host's own
-# load, and never beside another detection.
+# run side by side where the host has about four cores free (free_cores.py), one after the
+# other otherwise: a detection shares its cores with the host's own load or, on a larger
+# host, runs beside one other test on cores of its own, never beside another detection.
 DETECTION = pytest.mark.detection
 
 

@@ -1,14 +1,14 @@
-"""Whether the host's other processes leave about two cores free: `make test` runs its second
-pass's two streams side by side only then (each test shares the cores with one other test, as
-on the quiet 2-core host whose times README.md records), and one after the other on a busy
-host, so that no detection shares them with both another test and the host's own load
-(tests/python/conftest.py).
+"""Whether the host's other processes leave about four cores free: `make test` runs its second
+pass's two streams side by side only then (each test of up to 4 ranks has about two cores of
+its own), and one after the other otherwise, so that no detection shares two cores with both
+another test's ranks and its own (tests/python/conftest.py): on 2 cores, 4 ranks beside
+another test's 4 delayed the confirmations the detections assert.
 
 Usage: python tests/python/free_cores.py [MIN_FREE]
 Measures, over SAMPLE_S, the idle time of the cores this process may run on (/proc/stat,
 Linux), in cores, and within a CPU quota (cgroup v2 cpu.max or v1 cpu.cfs_quota_us) at most
 the quota less what its cgroup used; prints it and exits 0 where it is at least MIN_FREE
-(default 1.5: two cores, less a background's share), 1 otherwise, 2 for a MIN_FREE that is
+(default 3.5: four cores, less a background's share), 1 otherwise, 2 for a MIN_FREE that is
 not a finite number >= 0."""
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def free_cores(sample_s: float = SAMPLE_S) -> float:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description="Exit 0 where at least MIN_FREE cores are free, 1 otherwise.")
-    parser.add_argument("min_free", nargs="?", type=float, default=1.5, metavar="MIN_FREE",
-                        help="cores that must be free (default 1.5)")
+    parser.add_argument("min_free", nargs="?", type=float, default=3.5, metavar="MIN_FREE",
+                        help="cores that must be free (default 3.5)")
     least = parser.parse_args(argv).min_free
     if not (math.isfinite(least) and least >= 0):
         parser.error(f"MIN_FREE must be a finite number >= 0, got {least}")

@@ -142,6 +142,16 @@ def test_a_pause_that_landed_on_the_sampled_step_explains_that_steps_excess():
     assert f.cause == "gc" and f.facts.gc_step_ms == 40.0 and f.facts.gc_step_excess_ms == 40.0
 
 
+def test_a_pause_in_a_report_without_the_findings_evidence_does_not_change_its_cause():
+    # In the latest report rank 1 is 2 ms faster than its peers (still listed: 2 reports
+    # without evidence release it) and paused 2 ms in the sampled step: half of a negative
+    # excess is no explanation, the cause stays the one its evidence gave.
+    results = run(slow_ms=12.0, gc_per_step={}, in_step={1: [0.0] * 9 + [2.0]}, last_ms=-14.0)
+    f = straggler(results[-1])
+    assert f.facts.excess_ms < 0 and f.facts.gc_step_excess_ms == 2.0, f
+    assert f.cause == "compute", f
+
+
 def test_the_larger_measured_explanation_names_the_cause():
     f = straggler(run(slow_ms=12.0, gc_per_step={1: 9.0}, run_queue={1: 8.0})[-1])
     assert f.cause == "gc"  # 8.5 ms of pauses beyond the group against 7 ms of waiting for a CPU

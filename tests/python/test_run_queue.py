@@ -125,6 +125,24 @@ def test_one_descheduled_report_does_not_make_a_compute_straggler_host_contentio
     assert confirmed(last) == [(2, "compute")]
 
 
+def test_a_report_without_the_findings_evidence_does_not_change_its_cause():
+    # Rank 2 computes 12 ms more from the 4th report (cause compute); in the 10th it is as fast
+    # as its peers but still listed (2 reports without evidence release it) and waited 1 ms
+    # more for a CPU: its excess there is negative, and half of a negative excess is no
+    # explanation. Its cause stays the one its evidence gave.
+    rng = np.random.default_rng(3)
+    verdict = ConfirmedVerdict()
+    for k in range(10):
+        ms = 50.0 * (1 + 0.01 * rng.standard_normal((4, 1)))
+        ms[2, 0] += 12.0 if 3 <= k < 9 else -1.0
+        rq = np.full(4, 2.0)
+        rq[2] += 1.0 if k == 9 else 0.0
+        result = verdict.update(k, ms, STAGES, run_queue_ms=rq)
+    (f,) = [f for f in result.findings if f.rank == 2]
+    assert f.state == "straggler" and f.facts.excess_ms < 0, f
+    assert f.cause == "compute", f
+
+
 def test_without_run_queue_waits_the_causes_and_facts_are_as_before():
     rng = np.random.default_rng(3)
     verdict = ConfirmedVerdict()

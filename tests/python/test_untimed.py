@@ -143,9 +143,10 @@ def test_the_rank_spinning_outside_sections_is_named_and_released_and_the_waitin
     assert_every_sample_reported([r["step"] for r in reports], range(WARMUP, STEPS, INTERVAL), skipped)
     assert all(headline(r) == (-1, "none") for r in reports if r["step"] < PHASES[0][1])
     for where, first, end in PHASES:
-        # A spin after the optimizer is in the next step's time.
+        # A spin after the optimizer is in the next step's time: its phase's reports are one
+        # step later (the report of its end step carries its last spin).
         shift = 1 if where == "after_optimizer" else 0
-        slow = [by_step[s] for s in range(first, end, INTERVAL) if s >= first + shift and s in by_step]
+        slow = [by_step[s] for s in range(first, end + shift, INTERVAL) if s >= first + shift and s in by_step]
         # Confirmed in its untimed stage within the phase, 8 reports (3 in a row on a quiet
         # host; the streak a noisy host teaches is longer, up to 8: docs/DETECTION.md, States),
         # and the headline from then to the phase's end.
