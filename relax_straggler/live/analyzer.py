@@ -46,7 +46,7 @@ from relax_straggler.live.lockstep import Decision, LocalLockstep, LockstepChann
 from relax_straggler.live.module_stages import ModuleStageHooks
 from relax_straggler.live.op_records import NULL_OPS, NullOpRecorder, OpRecorder, OpRecorderAPI
 from relax_straggler.live.run_queue import RunQueueClock
-from relax_straggler.live.side_channel import open_side_channel
+from relax_straggler.live.side_channel import describe as describe_channel, open_side_channel
 from relax_straggler.live.side_tree import TreeGather
 from relax_straggler.live.stack_sampler import StackSampler
 from relax_straggler.live.works import reason
@@ -277,8 +277,9 @@ class Analyzer(AnalyzerAPI):
         self._gc.install()  # last: a constructor that failed leaves no callback behind
         if self._narrator is not None:
             show_by_default()
+            channel = "" if isinstance(self._gather, LocalGather) else describe_channel(config, self._gather.world_size)
             self._narrator.started(self._gather.world_size, config.metrics_rank, config.interval, config.warmup_steps,
-                                   describe_outputs(config, report_fn))
+                                   describe_outputs(config, report_fn), channel)
         self._begin_step(self._step)
 
     # public API ------------------------------------------------------------------------

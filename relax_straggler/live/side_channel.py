@@ -50,6 +50,15 @@ def lazy(config: StragglerConfig, ranks: int) -> bool:
     return config.side_lazy_init or (config.side_node_size is None and ranks > FLAT_MAX_RANKS)
 
 
+def describe(config: StragglerConfig, ranks: int) -> str:
+    """The side channel open_side_channel builds for `ranks` analyzed ranks, in words (for the
+    start-up line): "one flat group" or "a tree of N-rank nodes, fan-out F", and "with lazy
+    connections" where they are lazy. Raises ValueError as node_size does."""
+    size = node_size(config, ranks)
+    shape = f"a tree of {size}-rank nodes, fan-out {config.side_fanout}" if size > 0 else "one flat group"
+    return shape + (" with lazy connections" if lazy(config, ranks) else "")
+
+
 def open_side_channel(ranks: Sequence[int], config: StragglerConfig) -> Union[SideGroupGather, TreeGather]:
     """The side channel of the analyzed `ranks` (global ranks) as `config` asks. Collective
     over the default group: every process calls it at the same point with the same

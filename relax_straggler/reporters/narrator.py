@@ -59,12 +59,14 @@ class Narrator(Sink):
         self._changes = ConsoleSink(verbose=False) if transitions else None
 
     def started(self, ranks: int, metrics_rank: int, interval: int, warmup_steps: int,
-                outputs: Sequence[str]) -> None:
-        """The start-up line. outputs: where reports go besides the summary, in words."""
+                outputs: Sequence[str], channel: str = "") -> None:
+        """The start-up line. outputs: where reports go besides the summary, in words;
+        channel: the side channel gathering the rows, in words ("" for a single process)."""
         where = ", ".join([*outputs, "the summary at uninstall()"])
-        self._log.info("relax_straggler: analysing %d rank%s (metrics rank %d): a report every %d steps from step "
-                       "%d; reports go to %s", ranks, "" if ranks == 1 else "s", metrics_rank, interval, warmup_steps,
-                       where)
+        over = f", over {channel}" if channel else ""
+        self._log.info("relax_straggler: analysing %d rank%s (metrics rank %d%s): a report every %d steps from step "
+                       "%d; reports go to %s", ranks, "" if ranks == 1 else "s", metrics_rank, over, interval,
+                       warmup_steps, where)
 
     def write(self, report: Report) -> None:
         if self._changes is None:

@@ -137,7 +137,8 @@ def test_readme_snippet_says_it_runs_and_what_it_found(tmp_path):
     output, ranks = run_worker("readme", tmp_path)
     assert_not_blocked({r: got["step_s"] for r, got in enumerate(ranks)}, warmup=10, expected_steps=200)
     started = [line for line in output.splitlines() if "relax_straggler: analysing" in line]
-    assert started == ["relax_straggler: analysing 2 ranks (metrics rank 0): a report every 10 steps from step 10; "
+    assert started == ["relax_straggler: analysing 2 ranks (metrics rank 0, over one flat group): a report every 10 "
+                       "steps from step 10; "
                        "reports go to the summary at uninstall()"], output
     summaries = [line for line in output.splitlines() if line.startswith("relax_straggler: summary: ")]
     assert len(summaries) == 1, output  # the metrics rank only

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO, torchrun
 from relax_straggler.config import StragglerConfig
-from relax_straggler.live.side_channel import FLAT_MAX_RANKS, lazy, node_size
+from relax_straggler.live.side_channel import FLAT_MAX_RANKS, describe, lazy, node_size
 from relax_straggler.live.side_tree import plan
 from workers.step_times import assert_not_blocked
 
@@ -88,6 +88,10 @@ def test_the_default_is_flat_up_to_256_ranks_and_a_lazy_tree_of_the_launchers_no
     flat = StragglerConfig(side_node_size=0)
     assert node_size(flat, 16_384) == 0 and not lazy(flat, 16_384)
     assert node_size(StragglerConfig(side_node_size=2), 4) == 2 and lazy(StragglerConfig(side_lazy_init=True), 4)
+    # The start-up line says which it is.
+    assert describe(default, 8) == "one flat group"
+    assert describe(default, 16_384) == "a tree of 8-rank nodes, fan-out 8 with lazy connections"
+    assert describe(StragglerConfig(side_node_size=0, side_lazy_init=True), 4) == "one flat group with lazy connections"
     # At 100k ranks the default's nodes of 8 and fanout 8 keep a rank under 64 connections
     # (test_at_100k_ranks_in_nodes_of_8_each_rank_needs_at_most_64_connections).
 
