@@ -123,7 +123,9 @@ def write_chrome(path: Path, ranks: int) -> int:
 
 
 def write_whatif_parquet(path: Path, workers: int, by_rank: bool) -> int:
-    """A synthetic 1F1B job of `workers` = dp x 8 stages, 32 microbatches x 10 steps."""
+    """A synthetic 1F1B job of `workers` = dp x 8 stages, 32 microbatches x 10 steps, one
+    row group per step in step order (each written as it is built, so that 100,000 workers
+    fit this host), or sorted by rank."""
     from relax_straggler._ext import core
 
     pp = 8
@@ -133,23 +135,31 @@ def write_whatif_parquet(path: Path, workers: int, by_rank: bool) -> int:
                                       slow_factor=1.5)
     start, end = m.timeline(False)
     slots = len(m.slot_stage)
-    shape = (steps, slots, dp)
-    start, end = start.reshape(shape), end.reshape(shape)
-    step = np.broadcast_to(np.asarray(m.steps)[:, None, None], shape).ravel()
-    slot_stage = np.broadcast_to(np.asarray(m.slot_stage)[None, :, None], shape).ravel()
-    dp_rank = np.broadcast_to(np.asarray(m.dp_ranks)[None, None, :], shape).ravel()
-    optype = np.broadcast_to(np.asarray(m.slot_optype)[None, :, None], shape).ravel()
-    seq = np.broadcast_to(np.asarray(m.slot_seq)[None, :, None], shape).ravel()
+    start, end = start.reshape(steps, slots, dp), end.reshape(steps, slots, dp)
+    shape = (slots, dp)
+    slot_stage = np.broadcast_to(np.asarray(m.slot_stage, dtype=np.int32)[:, None], shape).ravel()
+    dp_rank = np.broadcast_to(np.asarray(m.dp_ranks, dtype=np.int32)[None, :], shape).ravel()
+    optype = pa.DictionaryArray.from_arrays(
+        pa.array(np.broadcast_to(np.asarray(m.slot_optype, dtype=np.int32)[:, None], shape).ravel()),
+        pa.array(SYNTHETIC_OPTYPES))
+    seq = np.broadcast_to(np.asarray(m.slot_seq, dtype=np.int32)[:, None], shape).ravel()
     rank = dp_rank + dp * slot_stage
-    order = np.lexsort((start.ravel(), step, rank)) if by_rank else np.arange(rank.size)
-    table = pa.table({"dp_rank": dp_rank[order], "stage": slot_stage[order], "rank": rank[order],
-                      "step": step[order],
-                      "optype": pa.DictionaryArray.from_arrays(pa.array(optype[order].astype(np.int32)),
-                                                               pa.array(SYNTHETIC_OPTYPES)),
-                      "start_ts": 10.0 + start.ravel()[order], "duration": (end - start).ravel()[order],
-                      "seq_id": seq[order]})
-    pq.write_table(table, path)
-    return table.num_rows
+
+    def step_table(k: int) -> pa.Table:
+        return pa.table({"dp_rank": dp_rank, "stage": slot_stage, "rank": rank,
+                         "step": np.full(rank.size, m.steps[k], dtype=np.int64), "optype": optype,
+                         "start_ts": 10.0 + start[k].ravel(), "duration": (end[k] - start[k]).ravel(), "seq_id": seq})
+
+    if by_rank:
+        table = pa.concat_tables([step_table(k) for k in range(steps)])
+        order = np.lexsort((table.column("start_ts").to_numpy(), table.column("step").to_numpy(),
+                            table.column("rank").to_numpy()))
+        pq.write_table(table.take(order), path)
+        return table.num_rows
+    with pq.ParquetWriter(path, step_table(0).schema) as writer:
+        for k in range(steps):
+            writer.write_table(step_table(k))
+    return steps * rank.size
 
 
 HOSTILE = [b"1" + b"0" * 30, b"9" * 400, b"1e400", b"1e308", b"-7", b"NaN", b"null", b"[" * 2000, b"2.5"]

@@ -53,9 +53,8 @@ wi::WhatIfModel build(const Col<std::int32_t>& dp_rank, const Col<std::int32_t>&
   const auto* mb = column(microbatch, "microbatch", n);
   const auto* mc = column(chunk, "chunk", n);
   py::gil_scoped_release release;
-  std::vector<wi::OpRecord> records(n);
-  for (py::ssize_t i = 0; i < n; ++i) records[i] = {d[i], s[i], st[i], t[i], b[i], du[i], q[i], mb[i], mc[i]};
-  return wi::build_model(records, roles);
+  // Read in place: the columns outlive the call (forcecast copies only a column of another type).
+  return wi::build_model(wi::OpColumns{static_cast<std::size_t>(n), d, s, st, t, b, du, q, mb, mc}, roles);
 }
 
 wi::Selection selection(const std::vector<std::uint8_t>& workers, const std::vector<std::uint8_t>& optypes) {

@@ -3,7 +3,9 @@ run the same ops (stage, op type, seq_id), each once. A row a reader skipped (a 
 a duplicate) leaves its step short of an op; that step is left out of the replay and
 reported, and the others are replayed. A dp_rank is never left out: a replay without one
 models a job with fewer replicas, whose slowdown is not the recorded job's, so a dp_rank
-complete in no step refuses the input. Linear in the records (one sort)."""
+complete in no step refuses the input. One sort of an 8-byte key per record, in place; the
+other passes go a chunk of records at a time, so a large trace's memory grows by those 8
+bytes a record only."""
 
 from __future__ import annotations
 
@@ -16,6 +18,60 @@ from relax_straggler.whatif.errors import WhatIfInputError
 _FIELDS = ("dp_rank", "stage", "step", "optype", "start", "duration", "seq_id", "microbatch", "chunk", "rank")
 
 
+# Records per pass: the temporaries of a pass stay within tens of MB at any trace size.
+_CHUNK = 1 << 20
+
+
+def _chunks(n: int):
+    return (slice(lo, min(lo + _CHUNK, n)) for lo in range(0, n, _CHUNK))
+
+
+def _op_keys(rec: OpRecords, part: slice) -> np.ndarray:
+    """The op (stage, op type, seq_id) of each record of `part` as a 64-bit key."""
+    return row_keys(rec.stage[part].astype(np.int64), rec.optype[part].astype(np.int64),
+                    rec.seq_id[part].astype(np.int64))
+
+
+def _groups(rec: OpRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per (step, dp_rank) group that has records, in step then dp_rank order: its step, its
+    dp_rank, its op count, the wrapping sum of its op keys (an order-free fingerprint of its
+    op set) and whether it records an op twice. Each record becomes one int64, its group
+    index times the number of distinct ops plus its op's index, sorted in place: a group's
+    records are then contiguous and a repeated op is a repeated key."""
+    n = len(rec)
+    parts = list(_chunks(n))
+
+    def distinct(column) -> np.ndarray:
+        return _distinct(np.concatenate([_distinct(column(p)) for p in parts]))
+
+    steps = distinct(lambda p: rec.step[p])
+    dps = distinct(lambda p: rec.dp_rank[p])
+    ops = distinct(lambda p: _op_keys(rec, p))
+
+    def group_of(p: slice) -> np.ndarray:  # (step, dp_rank) as one int64, in step then dp_rank order
+        return np.searchsorted(steps, rec.step[p]) * dps.size + np.searchsorted(dps, rec.dp_rank[p])
+
+    groups = distinct(group_of)  # those with records: at most one a record
+    key = np.empty(n, dtype=np.int64)
+    for p in parts:
+        key[p] = np.searchsorted(groups, group_of(p)) * ops.size + np.searchsorted(ops, _op_keys(rec, p))
+    key.sort()
+    count = np.zeros(groups.size, dtype=np.int64)
+    total = np.zeros(groups.size, dtype=np.uint64)
+    repeated = np.zeros(groups.size, dtype=bool)
+    op_sum = ops.view(np.uint64)
+    for p in parts:
+        k = key[p]
+        g = k // ops.size
+        count += np.bincount(g, minlength=groups.size)
+        with np.errstate(over="ignore"):
+            np.add.at(total, g, op_sum[k % ops.size])  # wraps, as the fingerprint should
+        prev = key[max(p.start - 1, 0):p.stop - 1]  # the key before each record (none before the first)
+        tail = k.size - prev.size
+        repeated[g[tail:][k[tail:] == prev]] = True
+    return steps[groups // dps.size], dps[groups % dps.size], count, total, repeated
+
+
 def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
     """rec without the steps where some dp_rank does not run the ops most (step, dp_rank)
     groups run; each left out step is reported through `problems` (kind "whatif_left_out";
@@ -23,17 +79,7 @@ def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
     those ops in no step, or no step is left."""
     if not len(rec):
         return rec
-    op = row_keys(rec.stage.astype(np.int64), rec.optype.astype(np.int64), rec.seq_id.astype(np.int64))
-    order = np.lexsort((op, rec.dp_rank, rec.step))
-    step, dp, op = rec.step[order], rec.dp_rank[order], op[order]
-    starts = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (dp[1:] != dp[:-1])])
-    g_step, g_dp = step[starts], dp[starts]
-    count = np.diff(np.r_[starts, step.size])
-    with np.errstate(over="ignore"):
-        total = np.add.reduceat(op.view(np.uint64), starts)  # order-free fingerprint of the group's ops
-    group = np.repeat(np.arange(starts.size), count)
-    repeated = np.zeros(starts.size, dtype=bool)
-    repeated[group[1:][(op[1:] == op[:-1]) & (group[1:] == group[:-1])]] = True
+    g_step, g_dp, count, total, repeated = _groups(rec)
     clean = np.flatnonzero(~repeated)
     if clean.size == 0:
         raise WhatIfInputError(f"{problems.path}: every step records an op twice on some dp_rank; nothing to replay")
@@ -63,9 +109,9 @@ def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
     if not complete.any():
         raise WhatIfInputError(f"{problems.path}: no step runs the same ops on every dp_rank, so no step can be "
                                f"replayed{first}")
-    keep = _member(rec.step, steps[complete])
-    if keep.all():
+    if complete.all():
         return rec
+    keep = np.concatenate([_member(rec.step[p], steps[complete]) for p in _chunks(len(rec))])
     return OpRecords(*(getattr(rec, f)[keep] for f in _FIELDS[:9]), optype_names=rec.optype_names,
                      rank=rec.rank[keep], left_out_steps=steps[~complete].tolist())
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from relax_straggler.common.topology import Topology
+from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers import OP_FORMATS, InputError, OpRecords, Problems, Source, detect_format, open_source
 from relax_straggler.whatif.complete import complete_steps
 from relax_straggler.whatif.errors import WhatIfInputError
@@ -70,9 +70,43 @@ def replayable(rec: OpRecords, problems: Problems, records_read: int) -> OpRecor
     return complete_steps(one_rank_per_worker(_used_optypes(rec)), problems)
 
 
+# Records per pass of _one_rank_each: its temporaries stay within tens of MB at any trace size.
+_CHUNK = 1 << 20
+
+
+def _one_rank_each(rec: OpRecords) -> bool:
+    """Whether every worker (dp_rank, stage) runs one rank, by a table from rank to worker
+    (the readers' ranks are below MAX_WORLD_SIZE; False above) filled, then checked, a chunk
+    of records at a time: no sort of the records, whose temporaries would double a large
+    trace's memory."""
+    if not len(rec) or rec.rank.max() < 0:
+        return True  # no rank known: each worker's one rank is "unknown"
+    if rec.rank.max() >= MAX_WORLD_SIZE:
+        return False  # no table that large: the sort decides
+    table = np.full(int(rec.rank.max()) + 2, -1, dtype=np.int64)  # rank + 1 -> its worker
+    for filling in (True, False):
+        for lo in range(0, len(rec), _CHUNK):
+            part = slice(lo, lo + _CHUNK)
+            slot = rec.rank[part] + 1
+            worker = (rec.dp_rank[part].astype(np.int64) << 20) | rec.stage[part]
+            if filling:
+                table[slot] = worker
+            elif not np.array_equal(table[slot], worker):
+                return False  # a rank on two workers, or unknown ranks on several
+    owners = table[table >= 0]
+    return _distinct_count(owners) == owners.size
+
+
+def _distinct_count(a: np.ndarray) -> int:
+    a = np.sort(a)
+    return int(np.count_nonzero(a[1:] != a[:-1])) + (a.size > 0)
+
+
 def one_rank_per_worker(rec: OpRecords) -> OpRecords:
     """rec with only one rank per worker (dp_rank, stage): the one with the longest total
     compute (tensor-parallel ranks synchronise every layer, so the slowest sets the pace)."""
+    if _one_rank_each(rec):
+        return rec
     keys = rec.dp_rank.astype(np.int64) * (1 << 20) + rec.stage
     width = int(rec.rank.max()) + 2 if len(rec) else 1
     packed, inverse = np.unique(keys * width + (rec.rank + 1), return_inverse=True)  # 1-D: faster than axis=0

@@ -1,6 +1,7 @@
 // What-if simulator on hand-built jobs whose replays are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -35,6 +36,29 @@ std::vector<wi::OpRecord> dp_job() {
                      op(1, 0, 2, kF, 0, 0, 1), op(1, 0, 2, kB, 0, 1, 2), op(1, 0, 2, kRs, 0, 3, 2.5)});
   for (std::int32_t d = 0; d < 2; ++d) r.insert(r.end(), {op(d, 0, 2, kClip, 0, 5.5, 0.1), op(d, 0, 2, kOpt, 0, 5.6, 1)});
   return r;
+}
+
+// The readers' columns, read in place, give the model the records give, in any order.
+TEST(WhatIf, ColumnsBuildTheModelTheRecordsDo) {
+  std::vector<wi::OpRecord> recs = dp_job();
+  std::reverse(recs.begin(), recs.end());
+  std::vector<std::int32_t> dp, stage, optype, seq, mb, chunk;
+  std::vector<std::int64_t> step;
+  std::vector<double> start, duration;
+  for (const wi::OpRecord& r : recs) {
+    dp.push_back(r.dp_rank), stage.push_back(r.stage), step.push_back(r.step), optype.push_back(r.optype);
+    start.push_back(r.start), duration.push_back(r.duration), seq.push_back(r.seq_id), mb.push_back(r.microbatch);
+    chunk.push_back(r.chunk);
+  }
+  const wi::OpColumns cols{recs.size(), dp.data(), stage.data(), step.data(), optype.data(), start.data(),
+                           duration.data(), seq.data(), mb.data(), chunk.data()};
+  const wi::WhatIfModel a = wi::build_model(dp_job(), roles()), b = wi::build_model(cols, roles());
+  EXPECT_EQ(a.dp_ranks, b.dp_ranks);
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.recorded, b.recorded);
+  EXPECT_EQ(a.ideal, b.ideal);
+  EXPECT_EQ(a.measured_step_s, b.measured_step_s);
+  EXPECT_THROW(wi::build_model(wi::OpColumns{}, roles()), std::invalid_argument);
 }
 
 TEST(WhatIf, DpCollectiveWithInjectedSlowWorker) {

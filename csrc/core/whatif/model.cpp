@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 
 namespace relax_straggler::core::whatif {
 namespace {
@@ -16,15 +17,39 @@ constexpr double kSkewEps = 1e-2;
 
 std::string where(std::size_t row) { return "record " + std::to_string(row) + ": "; }
 
-}  // namespace
+// The distinct values of a column, kept as a set: records come in runs of a rank or a step,
+// but in no order at all there could be one value per record.
+template <typename T>
+class Distinct {
+ public:
+  void add(T v) {
+    if (any_ && v == last_) return;
+    any_ = true, last_ = v;
+    set_.insert(v);
+  }
+  std::vector<T> sorted() const {
+    std::vector<T> out(set_.begin(), set_.end());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
-WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<OpRole>& optype_roles) {
-  if (records.empty()) throw std::invalid_argument("no op records");
+ private:
+  std::unordered_set<T> set_;
+  T last_{};
+  bool any_ = false;
+};
+
+// Records: a std::vector<OpRecord> or OpColumns (size(), operator[] giving an OpRecord).
+template <typename Records>
+WhatIfModel build(const Records& records, const std::vector<OpRole>& optype_roles) {
+  if (records.size() == 0) throw std::invalid_argument("no op records");
   WhatIfModel m;
   m.optype_roles = optype_roles;
   std::int32_t pp = 0;
+  Distinct<std::int32_t> dp_ranks;
+  Distinct<std::int64_t> steps;
   for (std::size_t i = 0; i < records.size(); ++i) {
-    const OpRecord& r = records[i];
+    const OpRecord r = records[i];
     if (r.dp_rank < 0) throw std::invalid_argument(where(i) + "dp_rank " + std::to_string(r.dp_rank) + " < 0");
     if (r.stage < 0) throw std::invalid_argument(where(i) + "stage " + std::to_string(r.stage) + " < 0");
     if (r.optype < 0 || r.optype >= static_cast<std::int32_t>(optype_roles.size())) {
@@ -34,15 +59,11 @@ WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<
       throw std::invalid_argument(where(i) + "start/duration must be finite and duration >= 0");
     }
     pp = std::max(pp, r.stage + 1);
-    m.dp_ranks.push_back(r.dp_rank);
-    m.steps.push_back(r.step);
+    dp_ranks.add(r.dp_rank);
+    steps.add(r.step);
   }
-  for (auto* v : {&m.dp_ranks}) {
-    std::sort(v->begin(), v->end());
-    v->erase(std::unique(v->begin(), v->end()), v->end());
-  }
-  std::sort(m.steps.begin(), m.steps.end());
-  m.steps.erase(std::unique(m.steps.begin(), m.steps.end()), m.steps.end());
+  m.dp_ranks = dp_ranks.sorted();
+  m.steps = steps.sorted();
   m.dp = static_cast<std::int32_t>(m.dp_ranks.size());
   auto lane_of = [&](std::int32_t d) {
     return static_cast<std::int32_t>(std::lower_bound(m.dp_ranks.begin(), m.dp_ranks.end(), d) - m.dp_ranks.begin());
@@ -52,7 +73,8 @@ WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<
   };
 
   std::vector<std::vector<TemplateOp>> templates(pp);
-  for (const OpRecord& r : records) {
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const OpRecord r = records[i];
     if (r.dp_rank == m.dp_ranks[0] && r.step == m.steps[0]) {
       templates[r.stage].push_back({optype_roles[r.optype], r.optype, r.seq_id, r.chunk, r.start, r.start + r.duration});
     }
@@ -72,7 +94,7 @@ WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<
   const std::size_t n = static_cast<std::size_t>(m.num_steps()) * g.slots() * m.dp;
   std::vector<double> start(n, std::numeric_limits<double>::quiet_NaN()), end(n);
   for (std::size_t i = 0; i < records.size(); ++i) {
-    const OpRecord& r = records[i];
+    const OpRecord r = records[i];
     auto it = slot_of.find({r.stage, r.optype, r.seq_id});
     if (it == slot_of.end()) {
       throw std::invalid_argument(where(i) + "op type " + std::to_string(r.optype) + " seq_id " +
@@ -128,6 +150,16 @@ WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<
   }
   compute_ideal(m);
   return m;
+}
+
+}  // namespace
+
+WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<OpRole>& optype_roles) {
+  return build(records, optype_roles);
+}
+
+WhatIfModel build_model(const OpColumns& records, const std::vector<OpRole>& optype_roles) {
+  return build(records, optype_roles);
 }
 
 void compute_ideal(WhatIfModel& m) {

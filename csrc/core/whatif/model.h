@@ -37,7 +37,10 @@ struct WhatIfModel {
 // Every dp_rank and step must run the same ops (stage, op type, seq_id) as dp_rank 0 in
 // the first step; stages must be 0..pp-1. Throws std::invalid_argument naming the record
 // (its row index) or the missing op.
+// Memory beyond the model: the distinct dp_ranks and steps, and a start and an end (16 bytes)
+// per op while the effective durations are computed.
 WhatIfModel build_model(const std::vector<OpRecord>& records, const std::vector<OpRole>& optype_roles);
+WhatIfModel build_model(const OpColumns& records, const std::vector<OpRole>& optype_roles);
 
 // Fills model.ideal from model.recorded (mean for compute types, median for communication).
 void compute_ideal(WhatIfModel& model);

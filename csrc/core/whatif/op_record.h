@@ -7,6 +7,7 @@
 // -1 where the op belongs to no chunk).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -48,6 +49,26 @@ struct OpRecord {
   std::int32_t seq_id = 0;
   std::int32_t microbatch = -1;
   std::int32_t chunk = 0;  // model chunk (mc); -1 = none
+};
+
+// The same records as columns (n entries each, owned by the caller): what the trace readers
+// hand over, read in place rather than copied into OpRecords.
+struct OpColumns {
+  std::size_t n = 0;
+  const std::int32_t* dp_rank = nullptr;
+  const std::int32_t* stage = nullptr;
+  const std::int64_t* step = nullptr;
+  const std::int32_t* optype = nullptr;
+  const double* start = nullptr;
+  const double* duration = nullptr;
+  const std::int32_t* seq_id = nullptr;
+  const std::int32_t* microbatch = nullptr;
+  const std::int32_t* chunk = nullptr;
+
+  std::size_t size() const { return n; }
+  OpRecord operator[](std::size_t i) const {
+    return {dp_rank[i], stage[i], step[i], optype[i], start[i], duration[i], seq_id[i], microbatch[i], chunk[i]};
+  }
 };
 
 }  // namespace relax_straggler::core::whatif
