@@ -41,27 +41,30 @@ to ``facts.kernel``. Given each rank's run-queue wait (``update(..., run_queue_m
 long its training thread waited for a CPU in the step, relax_straggler.live.run_queue), a
 ``compute``, ``data``, ``communication_link`` or ``unknown`` cause becomes
 ``host_contention`` first when the rank's wait beyond its group's explains at least half of
-the finding's excess (HOST_CONTENTION_SHARE; the median over the reports that agree with the
-finding, so one descheduled step does not decide it): its core was shared, the work did not
-grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Given each rank's
+the finding's excess (HOST_CONTENTION_SHARE; both the medians over the finding's recent
+reports, so one descheduled step or one report's noise does not decide it): its core was
+shared, the work did not grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Given each rank's
 garbage-collection pauses (``update(..., gc=)``: pause time and collections over every step
 since its previous row, relax_straggler.live.gc_pauses), the same causes, and ``host_contention``
 where the pauses explain more than the wait, become ``gc`` when the rank's pause time per step
 beyond its group's explains at least half of the finding's excess (GC_SHARE). Pauses are rare
 and long, so they are pooled over the steps of the reports agreeing with the finding (a mean
-per step, not a median of reports, which would miss them); a pause that landed on the sampled
-step itself is taken as it is (its pause beyond its group's, latest report): whichever
-explains more. The pooled pauses go to ``facts.gc_*``. A ``recovered`` finding keeps the cause
+per step, not a median of reports, which would miss them) and compared with its typical
+excess; a pause that landed on the sampled step itself is compared with that step's excess:
+either explains it. The pooled pauses go to ``facts.gc_*``. A ``recovered`` finding keeps the cause
 it had in the last report that confirmed it: the cause is that of the slowdown it recovered
 from, not a reading of the healthy reports since. So does a ``straggler`` in a report that
 does not show its excess (still listed until the release, or held by accumulated evidence):
-a wait or a pause there explains no slowdown. Not thread-safe: call update from one thread.
+a wait or a pause there explains no slowdown. A listed finding's cause changes like a state:
+once another cause has been read in ``confirm_reports`` reports in a row that show its excess
+(one full collection on a sampled step is a fact of the finding, not a new cause). Not thread-safe: call update from one thread.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -199,7 +202,7 @@ class Facts:
     kernel: Optional[KernelFacts] = None  # kernel records of the stage, when given to update()
     # The rank's training thread waiting for a CPU in the step (whole step, not the stage),
     # when given to update(): latest report, and beyond its group's median of the others,
-    # median over the reports agreeing with the finding. NaN = not measured.
+    # median over the finding's recent reports (reports_seen). NaN = not measured.
     run_queue_ms: float = float("nan")
     run_queue_excess_ms: float = float("nan")
     # The process's garbage-collection pauses, when given to update(), pooled over every step
@@ -331,8 +334,12 @@ class ConfirmedVerdict:
         self._run_queue: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
         # Each report's GC pauses, (ranks, len(GC_FIELDS)), for the reports a finding spans.
         self._gc: collections.deque[np.ndarray] = collections.deque(maxlen=self.config.history)
+        # Each report's excess (ms) per listed (rank, stage), for the reports a finding spans.
+        self._excess: collections.deque[dict[tuple[int, str], float]] = collections.deque(maxlen=self.config.history)
         self._stacks: dict[int, StackSample] = {}  # rank -> its latest sampled stack while it is confirmed
         self._confirmed_causes: dict[tuple[int, str], str] = {}  # (rank, stage) -> cause while listed
+        # (rank, stage) -> (another cause its reports read, in how many reports in a row)
+        self._cause_pending: dict[tuple[int, str], tuple[str, int]] = {}
 
     def update(self, step: int, ms: np.ndarray, stages: Sequence[str], groups: Optional[Sequence[int]] = None,
                workload: Optional[Sequence[float]] = None, kernel: Optional[KernelMatrix] = None,
@@ -373,6 +380,9 @@ class ConfirmedVerdict:
                                             list(window_result.link_suspects))
         r = self._tracker.update(ms, list(stages), int(step), group_list, tokens, evidence)
         findings = tuple(_with_untimed_cause(_finding(f)) for f in r.findings)
+        if r.reset:
+            self._excess.clear()
+        self._excess.append({(f.rank, f.stage): f.facts.excess_ms for f in findings if f.rank >= 0})
         if run_queue_ms is None and self._run_queue and not r.reset:
             run_queue_ms = np.full(ms.shape[0], np.nan)  # a report without waits keeps its place in their history
         if run_queue_ms is not None:
@@ -392,8 +402,10 @@ class ConfirmedVerdict:
         self._tracker.reset()
         self._run_queue.clear()
         self._gc.clear()
+        self._excess.clear()
         self._stacks.clear()
         self._confirmed_causes.clear()
+        self._cause_pending.clear()
         if self._window is not None:
             self._window = WindowDetector(window=self._window.window, every=self._window.every,
                                           skip_reports=self._window.skip_reports, config=self.config.window_config,
@@ -414,20 +426,42 @@ class ConfirmedVerdict:
                      if f.state == "straggler" and f.rank in self._stacks else f for f in findings)
 
     def _with_confirmed_cause(self, findings: tuple[Finding, ...], reset: bool) -> tuple[Finding, ...]:
-        """The findings, each recovered one, and each straggler whose latest report does not
-        show its excess, with the cause of its last report that did (the module's
-        docstring); a (rank, stage) no longer listed is forgotten."""
+        """The findings with the cause each listed one shows (the module's docstring): the
+        cause its reports read, changed only once another has been read in confirm_reports
+        reports in a row that show its excess; a recovered one, and a straggler in a report
+        that does not show its excess, keep it. A (rank, stage) no longer listed is forgotten."""
         if reset:
             self._confirmed_causes.clear()
-        listed = {}
+            self._cause_pending.clear()
+        listed, pending = {}, {}
         for f in findings:
-            if f.rank >= 0 and f.state in ("straggler", "recovered"):
-                key = (f.rank, f.stage)
-                kept = f.state == "recovered" or not _shows_excess(f)
-                listed[key] = self._confirmed_causes.get(key, f.cause) if kept else f.cause
-        self._confirmed_causes = listed
+            if f.rank < 0 or f.state not in ("straggler", "recovered"):
+                continue
+            key = (f.rank, f.stage)
+            shown = self._confirmed_causes.get(key)
+            if shown is None:
+                listed[key] = f.cause
+            elif f.state == "recovered" or not _shows_excess(f) or f.cause == shown:
+                listed[key] = shown
+            else:
+                cause, reports = self._cause_pending.get(key, (f.cause, 0))
+                reports = reports + 1 if cause == f.cause else 1
+                if reports >= self.config.confirm_reports:
+                    listed[key] = f.cause
+                else:
+                    listed[key], pending[key] = shown, (f.cause, reports)
+        self._confirmed_causes, self._cause_pending = listed, pending
         return tuple(dataclasses.replace(f, cause=listed[(f.rank, f.stage)]) if f.rank >= 0 and
                      (f.rank, f.stage) in listed else f for f in findings)
+
+    def _typical_excess(self, f: Finding) -> float:
+        """The finding's excess (ms) over its recent reports (reports_seen, at most history),
+        their median: what its wait for a CPU over the same reports is compared with, not one
+        report's noisy excess (nor the few reports with evidence, which are its largest)."""
+        span = list(self._excess)[-max(1, min(f.facts.reports_seen, len(self._excess))):]
+        values = [d[(f.rank, f.stage)] for d in span if (f.rank, f.stage) in d]
+        values = [v for v in values if math.isfinite(v)]
+        return float(np.median(values)) if values else float("nan")
 
     def _with_run_queue(self, step: int, findings: tuple[Finding, ...], run_queue_ms: Sequence[float],
                         groups: Optional[list[int]], ranks: int, reset: bool) -> tuple[Finding, ...]:
@@ -445,11 +479,12 @@ class ConfirmedVerdict:
             if f.rank < 0:
                 out.append(f)
                 continue
-            span = recent[-max(1, min(f.facts.reports_agreeing, len(recent))):, f.rank]
+            span = recent[-max(1, min(f.facts.reports_seen, len(recent))):, f.rank]
             excess = float(np.median(span)) if np.isfinite(span).all() else float("nan")
             facts = dataclasses.replace(f.facts, run_queue_ms=float(wait[f.rank]), run_queue_excess_ms=excess)
-            contended = (f.cause in _CONTENDABLE and excess > 0 and _shows_excess(f)
-                         and excess >= HOST_CONTENTION_SHARE * f.facts.excess_ms)
+            typical = self._typical_excess(f)
+            contended = (f.cause in _CONTENDABLE and excess > 0 and typical > 0
+                         and excess >= HOST_CONTENTION_SHARE * typical)
             out.append(dataclasses.replace(f, facts=facts, cause="host_contention" if contended else f.cause))
         return tuple(out)
 
@@ -482,7 +517,12 @@ class ConfirmedVerdict:
                                         gc_step_excess_ms=float(this_step[f.rank]), **mine)
             excess = float(np.fmax(facts.gc_excess_ms, facts.gc_step_excess_ms))  # NaN: neither measured
             over = f.cause in _CONTENDABLE or (f.cause == "host_contention" and excess > f.facts.run_queue_excess_ms)
-            paused = over and excess > 0 and _shows_excess(f) and excess >= GC_SHARE * f.facts.excess_ms
+            # The pooled pauses against the finding's typical excess, the sampled step's against its own.
+            typical = self._typical_excess(f)
+            by_steps = facts.gc_excess_ms > 0 and typical > 0 and facts.gc_excess_ms >= GC_SHARE * typical
+            on_step = (facts.gc_step_excess_ms > 0 and _shows_excess(f)
+                       and facts.gc_step_excess_ms >= GC_SHARE * f.facts.excess_ms)
+            paused = over and (by_steps or on_step)
             out.append(dataclasses.replace(f, facts=facts, cause="gc" if paused else f.cause))
         return tuple(out)
 

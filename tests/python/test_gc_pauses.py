@@ -133,13 +133,22 @@ def test_pauses_that_explain_less_than_half_leave_the_cause_as_it_was():
     assert f.facts.gc_excess_ms == pytest.approx(3.5)
 
 
-def test_a_pause_that_landed_on_the_sampled_step_explains_that_steps_excess():
-    # Rank 1 pauses 3 ms a step on average, but 40 ms of its 52 ms excess in the latest
-    # sampled step were one full collection: more than half of it.
+def test_pauses_that_land_on_the_sampled_steps_explain_their_excess():
+    # Rank 1 pauses 3 ms a step on average, but in every sampled step from the slowdown on
+    # one full collection of 10 ms lands: most of that step's 12 ms excess.
+    results = run(slow_ms=12.0, gc_per_step={1: 3.0}, in_step={1: [0.0] * 3 + [10.0] * 7})
+    f = straggler(results[-1])
+    assert f.cause == "gc" and f.facts.gc_step_ms == 10.0 and f.facts.gc_step_excess_ms == 10.0
+
+
+def test_one_pause_on_a_sampled_step_does_not_recast_a_confirmed_finding():
+    # The same rank computing 12 ms more, and in the latest sampled step only a full
+    # collection of 40 ms (of its 52 ms excess there): a fact of the finding, whose cause
+    # changes only when confirm_reports reports in a row read another.
     results = run(slow_ms=12.0, gc_per_step={1: 3.0}, in_step={1: [0.0] * 9 + [40.0]}, last_ms=40.0)
     assert straggler(results[-2]).cause == "compute"
     f = straggler(results[-1])
-    assert f.cause == "gc" and f.facts.gc_step_ms == 40.0 and f.facts.gc_step_excess_ms == 40.0
+    assert f.cause == "compute" and f.facts.gc_step_ms == 40.0 and f.facts.gc_step_excess_ms == 40.0
 
 
 def test_a_pause_in_a_report_without_the_findings_evidence_does_not_change_its_cause():
@@ -157,6 +166,21 @@ def test_the_larger_measured_explanation_names_the_cause():
     assert f.cause == "gc"  # 8.5 ms of pauses beyond the group against 7 ms of waiting for a CPU
     f = straggler(run(slow_ms=12.0, gc_per_step={1: 7.0}, run_queue={1: 10.0})[-1])
     assert f.cause == "host_contention" and f.facts.gc_excess_ms == pytest.approx(6.5)
+
+
+def test_every_finding_of_a_report_gets_its_gc_facts():
+    # Ranks 1 and 2 both slow: two findings in one report, each with its own pauses.
+    rng = np.random.default_rng(5)
+    verdict = ConfirmedVerdict()
+    for k in range(8):
+        ms = 50.0 * (1 + 0.01 * rng.standard_normal((4, 1)))
+        ms[1:3, 0] += 12.0 if k >= 3 else 0.0
+        rows = GcPauseRows(gc_ms=np.full(4, 5.0), gc_count=np.full(4, 40.0), gc_full_ms=np.zeros(4),
+                           gc_full_count=np.zeros(4), gc_steps=np.full(4, float(INTERVAL)),
+                           gc_step_ms=np.array([0.0, 1.0, 2.0, 0.0]))
+        result = verdict.update(k, ms, STAGES, gc=rows)
+    steps = {f.rank: f.facts.gc_step_ms for f in result.findings if f.state == "straggler"}
+    assert steps == {1: 1.0, 2: 2.0}, result.findings
 
 
 def test_gc_rows_of_the_wrong_shape_are_refused():
