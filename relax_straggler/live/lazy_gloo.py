@@ -10,6 +10,12 @@ from typing import Iterator
 LAZY_ENV = "TORCH_GLOO_LAZY_INIT"  # read by ProcessGroupGloo when it creates a group (torch 2.13 does)
 
 
+def lazy_by_environment() -> bool:
+    """Whether the process's environment already asks Gloo for lazy connections: LAZY_ENV set
+    to a value torch reads as true (1, y, yes, t, true; any case)."""
+    return os.environ.get(LAZY_ENV, "").lower() in ("1", "y", "yes", "t", "true")
+
+
 @contextlib.contextmanager
 def lazy_connections(enabled: bool) -> Iterator[None]:
     """Gloo groups created inside connect each pair on first use instead of all pairs at

@@ -11,7 +11,7 @@ from typing import Sequence, Union
 
 from relax_straggler.config import StragglerConfig
 from relax_straggler.live.aggregation import SideGroupGather
-from relax_straggler.live.lazy_gloo import lazy_connections
+from relax_straggler.live.lazy_gloo import lazy_by_environment, lazy_connections
 from relax_straggler.live.side_tree import TreeGather
 
 # The most analyzed ranks the default puts in one flat group: at 256 an eager full mesh is
@@ -52,11 +52,12 @@ def lazy(config: StragglerConfig, ranks: int) -> bool:
 
 def describe(config: StragglerConfig, ranks: int) -> str:
     """The side channel open_side_channel builds for `ranks` analyzed ranks, in words (for the
-    start-up line): "one flat group" or "a tree of N-rank nodes, fan-out F", and "with lazy
-    connections" where they are lazy. Raises ValueError as node_size does."""
+    start-up line): "one flat group" or "a tree of N-rank nodes, fan-out F" (N at most the
+    ranks), and "with lazy connections" where they are lazy (asked, or already set in the
+    environment). Raises ValueError as node_size does."""
     size = node_size(config, ranks)
-    shape = f"a tree of {size}-rank nodes, fan-out {config.side_fanout}" if size > 0 else "one flat group"
-    return shape + (" with lazy connections" if lazy(config, ranks) else "")
+    shape = f"a tree of {min(size, ranks)}-rank nodes, fan-out {config.side_fanout}" if size > 0 else "one flat group"
+    return shape + (" with lazy connections" if lazy(config, ranks) or lazy_by_environment() else "")
 
 
 def open_side_channel(ranks: Sequence[int], config: StragglerConfig) -> Union[SideGroupGather, TreeGather]:

@@ -88,8 +88,14 @@ def test_the_default_is_flat_up_to_256_ranks_and_a_lazy_tree_of_the_launchers_no
     flat = StragglerConfig(side_node_size=0)
     assert node_size(flat, 16_384) == 0 and not lazy(flat, 16_384)
     assert node_size(StragglerConfig(side_node_size=2), 4) == 2 and lazy(StragglerConfig(side_lazy_init=True), 4)
-    # The start-up line says which it is.
+    # The start-up line says which it is: node sizes as built, lazy connections however asked.
     assert describe(default, 8) == "one flat group"
+    assert describe(StragglerConfig(side_node_size=16), 2) == "a tree of 2-rank nodes, fan-out 8"
+    monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "True")
+    assert describe(default, 8) == "one flat group with lazy connections"
+    monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "0")
+    assert describe(default, 8) == "one flat group"
+    monkeypatch.delenv("TORCH_GLOO_LAZY_INIT")
     assert describe(default, 16_384) == "a tree of 8-rank nodes, fan-out 8 with lazy connections"
     assert describe(StragglerConfig(side_node_size=0, side_lazy_init=True), 4) == "one flat group with lazy connections"
     # At 100k ranks the default's nodes of 8 and fanout 8 keep a rank under 64 connections
