@@ -39,25 +39,26 @@ kernels ran longer while its peers' compute was normal); it stays ``compute`` wh
 records do not tell (not measured, or no field dominates), and the measured kernel times go
 to ``facts.kernel``. Given each rank's run-queue wait (``update(..., run_queue_ms=)``: how
 long its training thread waited for a CPU in the step, relax_straggler.live.run_queue), a
-``compute``, ``data``, ``communication_link`` or ``unknown`` cause becomes
-``host_contention`` first when the rank's wait beyond its group's explains at least half of
-the finding's excess (HOST_CONTENTION_SHARE; both the medians over the finding's recent
-reports, so one descheduled step or one report's noise does not decide it): its core was
-shared, the work did not grow; the waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Given each rank's
+``compute``, ``data``, ``communication_link`` or ``unknown`` cause becomes ``host_contention``
+first when the rank's wait beyond its group's explains at least half of the finding's excess
+(HOST_CONTENTION_SHARE; both the medians over the finding's recent reports, so one descheduled
+step or one report's noise does not decide it): its core was shared, the work did not grow; the
+waits go to ``facts.run_queue_ms`` / ``run_queue_excess_ms``. Given each rank's
 garbage-collection pauses (``update(..., gc=)``: pause time and collections over every step
-since its previous row, relax_straggler.live.gc_pauses), the same causes, and ``host_contention``
-where the pauses explain more than the wait, become ``gc`` when the rank's pause time per step
-beyond its group's explains at least half of the finding's excess (GC_SHARE). Pauses are rare
-and long, so they are pooled over the steps of the reports agreeing with the finding (a mean
-per step, not a median of reports, which would miss them) and compared with its typical
-excess; a pause that landed on the sampled step itself is compared with that step's excess:
-either explains it. The pooled pauses go to ``facts.gc_*``. A ``recovered`` finding keeps the cause
-it had in the last report that confirmed it: the cause is that of the slowdown it recovered
-from, not a reading of the healthy reports since. So does a ``straggler`` in a report that
-does not show its excess (still listed until the release, or held by accumulated evidence):
-a wait or a pause there explains no slowdown. A listed finding's cause changes like a state:
-once another cause has been read in ``confirm_reports`` reports in a row that show its excess
-(one full collection on a sampled step is a fact of the finding, not a new cause). Not thread-safe: call update from one thread.
+since its previous row, relax_straggler.live.gc_pauses), the same causes, and
+``host_contention`` where the pauses explain more than the wait, become ``gc`` when the rank's
+pause time per step beyond its group's explains at least half of the finding's excess
+(GC_SHARE). Pauses are rare and long, so they are pooled over the steps of the reports agreeing
+with the finding (a mean per step, not a median of reports, which would miss them) and compared
+with its typical excess; a pause that landed on the sampled step itself is compared with that
+step's excess: either explains it. The pooled pauses go to ``facts.gc_*``. A ``recovered``
+finding keeps the cause it had in the last report that confirmed it: the cause is that of the
+slowdown it recovered from, not a reading of the healthy reports since. So does a ``straggler``
+in a report that does not show its excess (still listed until the release, or held by
+accumulated evidence): a wait or a pause there explains no slowdown. A listed finding's cause
+changes like a state: once another cause has been read in ``confirm_reports`` reports in a row
+that show its excess (one full collection on a sampled step is a fact of the finding, not a new
+cause). Not thread-safe: call update from one thread.
 """
 
 from __future__ import annotations
