@@ -22,7 +22,8 @@ _FIELDS = ("dp_rank", "stage", "step", "optype", "start", "duration", "seq_id", 
 _CHUNK = 1 << 20
 
 
-def _chunks(n: int):
+def chunks(n: int):
+    """Slices of _CHUNK records covering n records: the passes of the checks before the replay."""
     return (slice(lo, min(lo + _CHUNK, n)) for lo in range(0, n, _CHUNK))
 
 
@@ -39,19 +40,19 @@ def _groups(rec: OpRecords) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     index times the number of distinct ops plus its op's index, sorted in place: a group's
     records are then contiguous and a repeated op is a repeated key."""
     n = len(rec)
-    parts = list(_chunks(n))
+    parts = list(chunks(n))
 
-    def distinct(column) -> np.ndarray:
-        return _distinct(np.concatenate([_distinct(column(p)) for p in parts]))
+    def distinct_of(column) -> np.ndarray:
+        return distinct(np.concatenate([distinct(column(p)) for p in parts]))
 
-    steps = distinct(lambda p: rec.step[p])
-    dps = distinct(lambda p: rec.dp_rank[p])
-    ops = distinct(lambda p: _op_keys(rec, p))
+    steps = distinct_of(lambda p: rec.step[p])
+    dps = distinct_of(lambda p: rec.dp_rank[p])
+    ops = distinct_of(lambda p: _op_keys(rec, p))
 
     def group_of(p: slice) -> np.ndarray:  # (step, dp_rank) as one int64, in step then dp_rank order
         return np.searchsorted(steps, rec.step[p]) * dps.size + np.searchsorted(dps, rec.dp_rank[p])
 
-    groups = distinct(group_of)  # those with records: at most one a record
+    groups = distinct_of(group_of)  # those with records: at most one a record
     key = np.empty(n, dtype=np.int64)
     for p in parts:
         key[p] = np.searchsorted(groups, group_of(p)) * ops.size + np.searchsorted(ops, _op_keys(rec, p))
@@ -92,14 +93,14 @@ def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
     good = ~repeated & (count == count[best]) & (total == total[best])
     want_count = int(count[best])
 
-    dps = _distinct(g_dp)
+    dps = distinct(g_dp)
     first = f"; first problem: {problems.kept[0]}" if problems.kept else ""
-    never = dps[~_member(dps, _distinct(g_dp[good]))]
+    never = dps[~_member(dps, distinct(g_dp[good]))]
     if never.size:
         raise WhatIfInputError(f"{problems.path}: dp_rank {int(never[0])} runs the ops of the other dp_ranks in no "
                                f"step, and a replay without it would model a job of {dps.size - never.size} dp_ranks, "
                                f"not the recorded {dps.size}{first}")
-    steps = _distinct(g_step)
+    steps = distinct(g_step)
     complete = np.bincount(np.searchsorted(steps, g_step[good]), minlength=steps.size) == dps.size
     for i in np.flatnonzero(~complete).tolist():
         mine = g_step == steps[i]
@@ -111,14 +112,14 @@ def complete_steps(rec: OpRecords, problems: Problems) -> OpRecords:
                                f"replayed{first}")
     if complete.all():
         return rec
-    keep = np.concatenate([_member(rec.step[p], steps[complete]) for p in _chunks(len(rec))])
+    keep = np.concatenate([_member(rec.step[p], steps[complete]) for p in chunks(len(rec))])
     return OpRecords(*(getattr(rec, f)[keep] for f in _FIELDS[:9]), optype_names=rec.optype_names,
                      rank=rec.rank[keep], left_out_steps=steps[~complete].tolist())
 
 
 # Sort-based set operations: np.unique / np.isin / setdiff1d import numpy.ma for some dtypes,
 # which a what-if run does not otherwise pay for (tests/python/test_whatif_imports.py).
-def _distinct(a: np.ndarray) -> np.ndarray:
+def distinct(a: np.ndarray) -> np.ndarray:
     """The sorted distinct values of a."""
     a = np.sort(a)
     return a[np.r_[True, a[1:] != a[:-1]]] if a.size else a
@@ -135,7 +136,7 @@ def _member(a: np.ndarray, sorted_b: np.ndarray) -> np.ndarray:
 def _why(dp: np.ndarray, count: np.ndarray, repeated: np.ndarray, good: np.ndarray, dps: np.ndarray,
          want: int) -> str:
     """Why one step is incomplete: its first dp_rank without the expected ops."""
-    missing = dps[~_member(dps, _distinct(dp))]
+    missing = dps[~_member(dps, distinct(dp))]
     if missing.size:
         return f"dp_rank {int(missing[0])} records no op in it"
     i = int(np.flatnonzero(~good)[0])

@@ -24,8 +24,9 @@ A worker whose ops cost the step more than the job's own spread of S is named c 
 after it starts; a report in which another worker's noise outgrew it names nobody, and,
 where c < window (4 workers or more), the next one it leads names it again (on a crowded
 host the slowed worker of a PP 2 x DP 2 run led 18 of 22 reports, beyond the spread in
-fewer); with 2 or 3 workers (c = window) it is named again after window leads in a row. The named worker's give-back (the share
-of the lost time that fixing it returns) is published with it and only then.
+fewer); with 2 or 3 workers (c = window) it is named again after window leads in a row.
+The named worker's give-back (the share of the lost time that fixing it returns) is
+published with it and only then.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import numpy as np
 
 from relax_straggler.common.topology import MAX_WORLD_SIZE, Topology
 from relax_straggler.readers import OP_FORMATS, InputError, OpRecords, Problems, Source, detect_format, open_source
-from relax_straggler.whatif.complete import complete_steps
+from relax_straggler.whatif.complete import chunks, complete_steps, distinct
 from relax_straggler.whatif.errors import WhatIfInputError
 from relax_straggler.whatif.op_jsonl import OP_JSONL, OpJsonlSource
 
@@ -70,10 +70,6 @@ def replayable(rec: OpRecords, problems: Problems, records_read: int) -> OpRecor
     return complete_steps(one_rank_per_worker(_used_optypes(rec)), problems)
 
 
-# Records per pass of _one_rank_each: its temporaries stay within tens of MB at any trace size.
-_CHUNK = 1 << 20
-
-
 def _one_rank_each(rec: OpRecords) -> bool:
     """Whether every worker (dp_rank, stage) runs one rank, by a table from rank to worker
     (the readers' ranks are below MAX_WORLD_SIZE; False above) filled, then checked, a chunk
@@ -85,8 +81,7 @@ def _one_rank_each(rec: OpRecords) -> bool:
         return False  # no table that large: the sort decides
     table = np.full(int(rec.rank.max()) + 2, -1, dtype=np.int64)  # rank + 1 -> its worker
     for filling in (True, False):
-        for lo in range(0, len(rec), _CHUNK):
-            part = slice(lo, lo + _CHUNK)
+        for part in chunks(len(rec)):
             slot = rec.rank[part] + 1
             worker = (rec.dp_rank[part].astype(np.int64) << 20) | rec.stage[part]
             if filling:
@@ -94,12 +89,7 @@ def _one_rank_each(rec: OpRecords) -> bool:
             elif not np.array_equal(table[slot], worker):
                 return False  # a rank on two workers, or unknown ranks on several
     owners = table[table >= 0]
-    return _distinct_count(owners) == owners.size
-
-
-def _distinct_count(a: np.ndarray) -> int:
-    a = np.sort(a)
-    return int(np.count_nonzero(a[1:] != a[:-1])) + (a.size > 0)
+    return distinct(owners).size == owners.size
 
 
 def one_rank_per_worker(rec: OpRecords) -> OpRecords:

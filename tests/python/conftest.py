@@ -133,7 +133,7 @@ def free_port() -> int:
     import socket
 
     try:
-        low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     for _ in range(100):

@@ -5,7 +5,7 @@ is kept; with one rank each, or none known, the records are returned as they are
 import numpy as np
 
 from relax_straggler.readers import OpRecords
-from relax_straggler.whatif import loader
+from relax_straggler.whatif import complete, loader
 from relax_straggler.whatif.loader import one_rank_per_worker
 
 NAMES = ["forward-compute", "backward-compute", "forward-send"]
@@ -39,7 +39,7 @@ def test_one_rank_each_or_none_known_leaves_the_records_as_they_are():
 
 def test_the_check_works_a_chunk_at_a_time(monkeypatch):
     # Chunks of 2 records: the second rank of worker (0, 0) appears in the last chunk only.
-    monkeypatch.setattr(loader, "_CHUNK", 2)
+    monkeypatch.setattr(complete, "_CHUNK", 2)
     rec = records(dp_rank=[0, 1, 0, 1, 0], stage=[0] * 5, rank=[0, 1, 0, 1, 5], optype=[0] * 5,
                   duration=[1.0, 1.0, 1.0, 1.0, 4.0])
     assert one_rank_per_worker(rec).rank.tolist() == [1, 1, 5]
